@@ -1,0 +1,1 @@
+"""kbroker: a Kafka wire-protocol-compatible broker."""
