@@ -1,0 +1,196 @@
+"""Broker configuration: Kafka's ``server.properties`` keys with Kafka's defaults.
+
+``BrokerConfig`` is immutable. Values are kept as the strings the operator wrote (so DescribeConfigs can
+report them verbatim) and read through typed accessors (``get_int``, ``get_bool``, ``get_list``) or the
+snake_case attributes defined below for the keys kbroker uses most.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+# Kafka broker defaults for the keys kbroker reads (facts from Kafka's documentation of broker configs).
+BROKER_DEFAULTS: dict[str, str] = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "controller.quorum.voters": "",
+    "controller.listener.names": "CONTROLLER",
+    "listeners": "PLAINTEXT://localhost:9092",
+    "advertised.listeners": "",
+    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+    "inter.broker.listener.name": "PLAINTEXT",
+    "log.dirs": "",
+    "log.dir": "/tmp/kafka-logs",
+    "metadata.log.dir": "",
+    "num.partitions": "1",
+    "default.replication.factor": "1",
+    "auto.create.topics.enable": "true",
+    "delete.topic.enable": "true",
+    "socket.request.max.bytes": "104857600",
+    "socket.send.buffer.bytes": "102400",
+    "socket.receive.buffer.bytes": "102400",
+    "message.max.bytes": "1048588",
+    "replica.fetch.max.bytes": "1048576",
+    "log.segment.bytes": "1073741824",
+    "log.roll.ms": "",
+    "log.roll.hours": "168",
+    "log.retention.ms": "",
+    "log.retention.minutes": "",
+    "log.retention.hours": "168",
+    "log.retention.bytes": "-1",
+    "log.retention.check.interval.ms": "300000",
+    "log.flush.interval.messages": "9223372036854775807",
+    "log.flush.interval.ms": "",
+    "log.flush.scheduler.interval.ms": "9223372036854775807",
+    "log.flush.offset.checkpoint.interval.ms": "60000",
+    "log.index.interval.bytes": "4096",
+    "log.index.size.max.bytes": "10485760",
+    "log.segment.delete.delay.ms": "60000",
+    "log.message.timestamp.type": "CreateTime",
+    "log.cleanup.policy": "delete",
+    "compression.type": "producer",
+    "min.insync.replicas": "1",
+    "offsets.topic.num.partitions": "50",
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.num.partitions": "50",
+    "group.initial.rebalance.delay.ms": "3000",
+    "fetch.max.bytes": "57671680",
+    "cluster.id": "",
+}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java ``.properties`` text (``key=value`` or ``key: value``, ``#``/``!`` comments, ``\\`` continuations)."""
+    props: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.strip() if not pending else raw.lstrip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending += line[:-1]
+            continue
+        line = pending + line
+        pending = ""
+        for i, ch in enumerate(line):
+            if ch in "=:":
+                key, value = line[:i].strip(), line[i + 1:].strip()
+                break
+        else:
+            key, value = line.strip(), ""
+        props[key] = value
+    return props
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One ``NAME://host:port`` entry of ``listeners`` / ``advertised.listeners``."""
+
+    name: str
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, text: str) -> Listener:
+        name, _, rest = text.strip().partition("://")
+        if not rest:
+            raise ValueError(f"invalid listener {text!r}: expected NAME://host:port")
+        host, _, port = rest.rpartition(":")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        return cls(name.upper(), host, int(port))
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """The broker's static configuration. ``props`` holds only what the operator set."""
+
+    props: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_file(cls, path: str | Path, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+        props = parse_properties(Path(path).read_text())
+        props.update(overrides or {})
+        return cls(props)
+
+    # ---- generic accessors ----
+    def get(self, key: str) -> str:
+        """The configured value, else Kafka's default, else ``""``."""
+        if key in self.props:
+            return self.props[key]
+        return BROKER_DEFAULTS.get(key, "")
+
+    def is_set(self, key: str) -> bool:
+        return key in self.props
+
+    def get_int(self, key: str) -> int:
+        return int(self.get(key))
+
+    def get_bool(self, key: str) -> bool:
+        return self.get(key).strip().lower() == "true"
+
+    def get_list(self, key: str) -> list[str]:
+        return [x.strip() for x in self.get(key).split(",") if x.strip()]
+
+    # ---- frequently used keys ----
+    @property
+    def node_id(self) -> int:
+        return self.get_int("node.id")
+
+    @property
+    def process_roles(self) -> list[str]:
+        return self.get_list("process.roles")
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        dirs = self.get_list("log.dirs") or self.get_list("log.dir")
+        return [Path(d) for d in dirs]
+
+    @property
+    def metadata_log_dir(self) -> Path:
+        d = self.get("metadata.log.dir")
+        return Path(d) if d else self.log_dirs[0]
+
+    @property
+    def listeners(self) -> list[Listener]:
+        return [Listener.parse(x) for x in self.get_list("listeners")]
+
+    @property
+    def advertised_listeners(self) -> list[Listener]:
+        """``advertised.listeners``, falling back per listener to ``listeners`` (Kafka's rule).
+
+        A listener bound to all interfaces (empty host or 0.0.0.0) is advertised with the machine's
+        host name, as Kafka does.
+        """
+        adv = {lst.name: lst for lst in (Listener.parse(x) for x in self.get_list("advertised.listeners"))}
+        out = []
+        controller_names = set(n.upper() for n in self.get_list("controller.listener.names"))
+        for lst in self.listeners:
+            if lst.name in controller_names and "broker" in self.process_roles and lst.name not in adv:
+                continue
+            a = adv.get(lst.name, lst)
+            if a.host in ("", "0.0.0.0", "::"):
+                import socket
+
+                a = Listener(a.name, socket.getfqdn(), a.port)
+            out.append(a)
+        return out
+
+    @property
+    def socket_request_max_bytes(self) -> int:
+        return self.get_int("socket.request.max.bytes")
+
+    @property
+    def num_partitions(self) -> int:
+        return self.get_int("num.partitions")
+
+    @property
+    def auto_create_topics_enable(self) -> bool:
+        return self.get_bool("auto.create.topics.enable")
+
+    def with_overrides(self, overrides: Mapping[str, str]) -> BrokerConfig:
+        merged = dict(self.props)
+        merged.update(overrides)
+        return BrokerConfig(merged)
