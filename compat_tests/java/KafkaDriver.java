@@ -1,0 +1,723 @@
+// KafkaDriver: a small CLI around the real Apache Kafka Java client (kafka-clients 4.3.0), used by
+// the kbroker compat suite (compat_tests/). It talks to a broker over TCP and prints one JSON
+// object per line on stdout; diagnostics go to stderr.
+//
+// Build/run (the pytest fixture `java_driver` does this for you):
+//   scripts/fetch_jars.sh
+//   javac -d compat_tests/java/classes -cp '.cache/jars/*' compat_tests/java/KafkaDriver.java
+//   java -cp 'compat_tests/java/classes:.cache/jars/*' KafkaDriver <command> [--option value ...]
+//
+// Commands:
+//   produce       --bootstrap B --topic T --count N [--acks all|1|0|-1] [--compression none|gzip|snappy|lz4|zstd]
+//                 [--idempotence true|false] [--linger-ms 5] [--batch-size 16384] [--partitions P]
+//                 [--base-ts MS] [--ts-step 1] [--tag S] [--binary true|false] [--nulls true|false]
+//                 [--start-index 0] [--sync false] [--delay-ms 0] [--prop k=v ...]
+//       Sends records whose content is a pure function of their index (see RecordSpec below and
+//       compat_tests/records.py, which must agree). Prints {"event":"ack",...} per record as acks
+//       arrive, then {"event":"done",...}. Exit 0 iff every record was acknowledged.
+//   consume       --bootstrap B --topic T --expect N [--isolation read_uncommitted|read_committed]
+//                 [--timeout-ms 30000] [--fetch-max-wait-ms 500] [--partitions 0,1] [--prop k=v ...]
+//       assign() + seekToBeginning(), no consumer group. Prints {"event":"ready"} once positions are
+//       resolved, one {"event":"record",...} per record, then {"event":"done","count":n}.
+//   list-offsets  --bootstrap B --topic T [--timestamp MS ...]
+//       AdminClient.listOffsets (earliest/latest/maxTimestamp/forTimestamp) and Consumer
+//       beginningOffsets/endOffsets/offsetsForTimes, in one {"event":"offsets",...} object.
+//   admin <sub>   --bootstrap B ...  with <sub> one of
+//       create-topic --topic T [--partitions 1] [--replication-factor 1] [--config k=v ...]
+//       describe-topic --topic T | list-topics | delete-topic --topic T | describe-cluster
+//       describe-configs (--topic T | --broker ID)
+//   selftest      compresses and decompresses with every codec through the client's own codec
+//                 classes (checks the lz4/snappy/zstd jars and their native parts load). No broker.
+//
+// Errors print {"event":"error","error_class":...,"message":...}; exit 1 (client/broker error) or
+// 2 (bad usage). All network operations are bounded by request/api timeouts of about 10 s.
+
+import java.io.ByteArrayOutputStream;
+import java.io.InputStream;
+import java.io.OutputStream;
+import java.io.PrintStream;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Base64;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Properties;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicInteger;
+
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.CreateTopicsResult;
+import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.ListOffsetsResult;
+import org.apache.kafka.clients.admin.ListTopicsOptions;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.IsolationLevel;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.Node;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.Uuid;
+import org.apache.kafka.common.compress.Compression;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.kafka.common.utils.BufferSupplier;
+import org.apache.kafka.common.utils.ByteBufferOutputStream;
+
+public final class KafkaDriver {
+
+    // Bounded timeouts so a dead or closed port fails in ~10 s instead of hanging.
+    static final int REQUEST_TIMEOUT_MS = 10_000;
+    static final int API_TIMEOUT_MS = 10_000;
+
+    static final PrintStream OUT = new PrintStream(new java.io.FileOutputStream(java.io.FileDescriptor.out), false, StandardCharsets.UTF_8);
+
+    public static void main(String[] argv) {
+        int rc;
+        try {
+            rc = run(argv);
+        } catch (UsageException e) {
+            emit(obj("event", "error", "error_class", "UsageException", "message", e.getMessage()));
+            System.err.println("usage error: " + e.getMessage());
+            rc = 2;
+        } catch (Throwable t) {
+            Throwable c = unwrap(t);
+            emit(obj("event", "error", "error_class", c.getClass().getSimpleName(), "message", String.valueOf(c.getMessage())));
+            c.printStackTrace(System.err);
+            rc = 1;
+        }
+        OUT.flush();
+        System.exit(rc);
+    }
+
+    static int run(String[] argv) throws Exception {
+        if (argv.length == 0) throw new UsageException("missing command: produce|consume|list-offsets|admin|selftest");
+        String cmd = argv[0];
+        switch (cmd) {
+            case "produce":
+                return produce(Args.parse(argv, 1));
+            case "consume":
+                return consume(Args.parse(argv, 1));
+            case "list-offsets":
+                return listOffsets(Args.parse(argv, 1));
+            case "admin":
+                if (argv.length < 2) throw new UsageException("admin needs a subcommand");
+                return admin(argv[1], Args.parse(argv, 2));
+            case "selftest":
+                return selftest(Args.parse(argv, 1));
+            default:
+                throw new UsageException("unknown command: " + cmd);
+        }
+    }
+
+    // ------------------------------------------------------------------ record content
+
+    /** Deterministic record content; must match compat_tests/records.py (RecordSpec). */
+    static final class RecordSpec {
+        static final String PATTERN = "the quick brown fox jumps over the lazy dog;";
+        final String tag;
+        final int partitions;
+        final long baseTs;
+        final long tsStep;
+        final boolean binary;
+        final boolean nulls;
+
+        RecordSpec(String tag, int partitions, long baseTs, long tsStep, boolean binary, boolean nulls) {
+            this.tag = tag;
+            this.partitions = partitions;
+            this.baseTs = baseTs;
+            this.tsStep = tsStep;
+            this.binary = binary;
+            this.nulls = nulls;
+        }
+
+        byte[] key(int i) {
+            if (nulls && i % 7 == 6) return null;
+            return ("key-" + i).getBytes(StandardCharsets.UTF_8);
+        }
+
+        byte[] value(int i) {
+            if (nulls && i % 11 == 10) return null;
+            StringBuilder sb = new StringBuilder();
+            sb.append(tag).append(":value-").append(i).append('|');
+            for (int r = 0; r < 1 + i % 4; r++) sb.append(PATTERN);
+            byte[] text = sb.toString().getBytes(StandardCharsets.UTF_8);
+            if (!binary) return text;
+            byte[] tail = new byte[] {(byte) (i & 0xff), 0x00, (byte) 0xff, (byte) 0x80, 0x0a};
+            byte[] out = Arrays.copyOf(text, text.length + tail.length);
+            System.arraycopy(tail, 0, out, text.length, tail.length);
+            return out;
+        }
+
+        RecordHeaders headers(int i) {
+            RecordHeaders h = new RecordHeaders();
+            h.add("idx", Integer.toString(i).getBytes(StandardCharsets.UTF_8));
+            h.add("dup", "a".getBytes(StandardCharsets.UTF_8));
+            h.add("dup", "b".getBytes(StandardCharsets.UTF_8));
+            if (binary) h.add("bin", new byte[] {0x00, (byte) 0xff, (byte) (i & 0xff)});
+            return h;
+        }
+
+        long timestamp(int i) {
+            return baseTs + (long) i * tsStep;
+        }
+
+        Integer partition(int i) {
+            return partitions > 0 ? i % partitions : null;
+        }
+    }
+
+    // ------------------------------------------------------------------ produce
+
+    static int produce(Args a) throws Exception {
+        String bootstrap = a.req("bootstrap");
+        String topic = a.req("topic");
+        int count = a.integer("count", 10);
+        int start = a.integer("start-index", 0);
+        String acks = a.get("acks", "all");
+        String compression = a.get("compression", "none");
+        boolean idempotence = a.bool("idempotence", true);
+        boolean sync = a.bool("sync", false);
+        long delayMs = a.longv("delay-ms", 0);
+        int lingerMs = a.integer("linger-ms", 5);
+        RecordSpec spec = new RecordSpec(a.get("tag", "java"), a.integer("partitions", 0),
+                a.longv("base-ts", System.currentTimeMillis() - 60_000), a.longv("ts-step", 1),
+                a.bool("binary", true), a.bool("nulls", true));
+
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ProducerConfig.CLIENT_ID_CONFIG, "kbroker-compat-java-producer");
+        p.put(ProducerConfig.ACKS_CONFIG, acks);
+        p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, compression);
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, Boolean.toString(idempotence));
+        p.put(ProducerConfig.LINGER_MS_CONFIG, Integer.toString(lingerMs));
+        p.put(ProducerConfig.BATCH_SIZE_CONFIG, a.get("batch-size", "16384"));
+        p.put(ProducerConfig.REQUEST_TIMEOUT_MS_CONFIG, Integer.toString(REQUEST_TIMEOUT_MS));
+        p.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, Integer.toString(API_TIMEOUT_MS));
+        p.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, Integer.toString(REQUEST_TIMEOUT_MS + lingerMs + 5_000));
+        p.put(ProducerConfig.SOCKET_CONNECTION_SETUP_TIMEOUT_MS_CONFIG, "5000");
+        p.put(ProducerConfig.SOCKET_CONNECTION_SETUP_TIMEOUT_MAX_MS_CONFIG, "10000");
+        p.put(ProducerConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, "1000");
+        p.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        p.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        if (!idempotence) p.put("max.in.flight.requests.per.connection", "1");
+        a.applyProps(p);
+
+        AtomicInteger acked = new AtomicInteger();
+        AtomicInteger failed = new AtomicInteger();
+        long t0 = System.currentTimeMillis();
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            List<Future<RecordMetadata>> futures = new ArrayList<>();
+            for (int i = start; i < start + count; i++) {
+                final int idx = i;
+                ProducerRecord<byte[], byte[]> rec = new ProducerRecord<>(topic, spec.partition(i), spec.timestamp(i),
+                        spec.key(i), spec.value(i), spec.headers(i));
+                Future<RecordMetadata> f = producer.send(rec, (md, err) -> {
+                    Map<String, Object> o = obj("event", "ack", "index", idx, "ack_ms", System.currentTimeMillis());
+                    if (err != null) {
+                        failed.incrementAndGet();
+                        o.put("error_class", err.getClass().getSimpleName());
+                        o.put("error", String.valueOf(err.getMessage()));
+                    } else {
+                        acked.incrementAndGet();
+                        o.put("partition", md.partition());
+                        o.put("offset", md.hasOffset() ? md.offset() : -1L);
+                        o.put("timestamp", md.hasTimestamp() ? md.timestamp() : -1L);
+                    }
+                    emit(o);
+                });
+                if (sync) {
+                    try {
+                        f.get();
+                    } catch (ExecutionException e) {
+                        // already reported by the callback
+                    }
+                } else {
+                    futures.add(f);
+                }
+                if (delayMs > 0) Thread.sleep(delayMs);
+            }
+            producer.flush();
+        }
+        emit(obj("event", "done", "acked", acked.get(), "failed", failed.get(), "elapsed_ms", System.currentTimeMillis() - t0));
+        return failed.get() == 0 && acked.get() == count ? 0 : 1;
+    }
+
+    // ------------------------------------------------------------------ consume
+
+    static Properties consumerProps(Args a, String bootstrap) {
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.CLIENT_ID_CONFIG, "kbroker-compat-java-consumer");
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, a.get("isolation", "read_uncommitted"));
+        p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, a.get("fetch-max-wait-ms", "500"));
+        p.put(ConsumerConfig.REQUEST_TIMEOUT_MS_CONFIG, Integer.toString(REQUEST_TIMEOUT_MS));
+        p.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, Integer.toString(API_TIMEOUT_MS));
+        p.put(ConsumerConfig.SOCKET_CONNECTION_SETUP_TIMEOUT_MS_CONFIG, "5000");
+        p.put(ConsumerConfig.SOCKET_CONNECTION_SETUP_TIMEOUT_MAX_MS_CONFIG, "10000");
+        p.put(ConsumerConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, "1000");
+        p.put(ConsumerConfig.CHECK_CRCS_CONFIG, "true");
+        p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        a.applyProps(p);
+        return p;
+    }
+
+    static List<TopicPartition> partitionsOf(KafkaConsumer<?, ?> c, String topic, String only) throws UsageException {
+        List<TopicPartition> tps = new ArrayList<>();
+        if (only != null && !only.isEmpty()) {
+            for (String s : only.split(",")) tps.add(new TopicPartition(topic, Integer.parseInt(s.trim())));
+            return tps;
+        }
+        List<PartitionInfo> infos = c.partitionsFor(topic, Duration.ofMillis(API_TIMEOUT_MS));
+        if (infos == null || infos.isEmpty()) throw new KafkaException("no partitions found for topic " + topic);
+        for (PartitionInfo pi : infos) tps.add(new TopicPartition(topic, pi.partition()));
+        tps.sort((x, y) -> Integer.compare(x.partition(), y.partition()));
+        return tps;
+    }
+
+    static int consume(Args a) throws Exception {
+        String bootstrap = a.req("bootstrap");
+        String topic = a.req("topic");
+        int expect = a.integer("expect", Integer.MAX_VALUE);
+        long timeoutMs = a.longv("timeout-ms", 30_000);
+        int n = 0;
+        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(consumerProps(a, bootstrap))) {
+            List<TopicPartition> tps = partitionsOf(c, topic, a.get("partitions", null));
+            c.assign(tps);
+            c.seekToBeginning(tps);
+            List<Object> positions = new ArrayList<>();
+            for (TopicPartition tp : tps) positions.add(obj("partition", tp.partition(), "position", c.position(tp)));
+            emit(obj("event", "ready", "positions", positions, "ts", System.currentTimeMillis()));
+            long deadline = System.currentTimeMillis() + timeoutMs;
+            while (n < expect && System.currentTimeMillis() < deadline) {
+                long left = Math.max(1, Math.min(1000, deadline - System.currentTimeMillis()));
+                ConsumerRecords<byte[], byte[]> recs = c.poll(Duration.ofMillis(left));
+                long recvMs = System.currentTimeMillis();
+                for (ConsumerRecord<byte[], byte[]> r : recs) {
+                    List<Object> hs = new ArrayList<>();
+                    for (Header h : r.headers()) hs.add(Arrays.asList(h.key(), b64(h.value())));
+                    Map<String, Object> o = obj("event", "record", "partition", r.partition(), "offset", r.offset(),
+                            "timestamp", r.timestamp(), "timestamp_type", r.timestampType().name,
+                            "key", b64(r.key()), "value", b64(r.value()), "headers", hs, "recv_ms", recvMs);
+                    Optional<Integer> le = r.leaderEpoch();
+                    o.put("leader_epoch", le.isPresent() ? le.get() : null);
+                    emit(o);
+                    n++;
+                }
+            }
+        }
+        emit(obj("event", "done", "count", n, "complete", n >= expect));
+        return 0;
+    }
+
+    // ------------------------------------------------------------------ list-offsets
+
+    static Map<String, Object> info(ListOffsetsResult.ListOffsetsResultInfo i) {
+        Map<String, Object> o = obj("offset", i.offset(), "timestamp", i.timestamp());
+        o.put("leader_epoch", i.leaderEpoch().isPresent() ? i.leaderEpoch().get() : null);
+        return o;
+    }
+
+    static int listOffsets(Args a) throws Exception {
+        String bootstrap = a.req("bootstrap");
+        String topic = a.req("topic");
+        List<Long> timestamps = new ArrayList<>();
+        for (String s : a.all("timestamp")) timestamps.add(Long.parseLong(s));
+        IsolationLevel iso = "read_committed".equals(a.get("isolation", "read_uncommitted"))
+                ? IsolationLevel.READ_COMMITTED : IsolationLevel.READ_UNCOMMITTED;
+
+        Map<String, Object> parts = new TreeMap<>((x, y) -> Integer.compare(Integer.parseInt(x), Integer.parseInt(y)));
+        try (Admin admin = Admin.create(adminProps(a, bootstrap))) {
+            TopicDescription td = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+            List<TopicPartition> tps = new ArrayList<>();
+            for (TopicPartitionInfo pi : td.partitions()) tps.add(new TopicPartition(topic, pi.partition()));
+            org.apache.kafka.clients.admin.ListOffsetsOptions opts = new org.apache.kafka.clients.admin.ListOffsetsOptions(iso);
+            Map<String, OffsetSpec> specs = new LinkedHashMap<>();
+            specs.put("earliest", OffsetSpec.earliest());
+            specs.put("latest", OffsetSpec.latest());
+            specs.put("max_timestamp", OffsetSpec.maxTimestamp());
+            for (long ts : timestamps) specs.put("ts:" + ts, OffsetSpec.forTimestamp(ts));
+            Map<Integer, Map<String, Object>> adminRes = new HashMap<>();
+            for (TopicPartition tp : tps) adminRes.put(tp.partition(), obj("for_timestamp", new LinkedHashMap<String, Object>()));
+            for (Map.Entry<String, OffsetSpec> e : specs.entrySet()) {
+                Map<TopicPartition, OffsetSpec> req = new HashMap<>();
+                for (TopicPartition tp : tps) req.put(tp, e.getValue());
+                Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> res = admin.listOffsets(req, opts).all().get();
+                for (TopicPartition tp : tps) {
+                    Map<String, Object> pm = adminRes.get(tp.partition());
+                    if (e.getKey().startsWith("ts:")) {
+                        @SuppressWarnings("unchecked")
+                        Map<String, Object> ft = (Map<String, Object>) pm.get("for_timestamp");
+                        ft.put(e.getKey().substring(3), info(res.get(tp)));
+                    } else {
+                        pm.put(e.getKey(), info(res.get(tp)));
+                    }
+                }
+            }
+            try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(consumerProps(a, bootstrap))) {
+                Duration t = Duration.ofMillis(API_TIMEOUT_MS);
+                Map<TopicPartition, Long> begin = c.beginningOffsets(tps, t);
+                Map<TopicPartition, Long> end = c.endOffsets(tps, t);
+                Map<Integer, Map<String, Object>> forTimes = new HashMap<>();
+                for (TopicPartition tp : tps) forTimes.put(tp.partition(), new LinkedHashMap<>());
+                for (long ts : timestamps) {
+                    Map<TopicPartition, Long> q = new HashMap<>();
+                    for (TopicPartition tp : tps) q.put(tp, ts);
+                    Map<TopicPartition, OffsetAndTimestamp> r = c.offsetsForTimes(q, t);
+                    for (TopicPartition tp : tps) {
+                        OffsetAndTimestamp ot = r.get(tp);
+                        forTimes.get(tp.partition()).put(Long.toString(ts),
+                                ot == null ? null : obj("offset", ot.offset(), "timestamp", ot.timestamp()));
+                    }
+                }
+                for (TopicPartition tp : tps) {
+                    parts.put(Integer.toString(tp.partition()), obj(
+                            "admin", adminRes.get(tp.partition()),
+                            "consumer", obj("beginning", begin.get(tp), "end", end.get(tp), "for_times", forTimes.get(tp.partition()))));
+                }
+            }
+        }
+        emit(obj("event", "offsets", "topic", topic, "partitions", parts));
+        return 0;
+    }
+
+    // ------------------------------------------------------------------ admin
+
+    static Properties adminProps(Args a, String bootstrap) {
+        Properties p = new Properties();
+        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(AdminClientConfig.CLIENT_ID_CONFIG, "kbroker-compat-java-admin");
+        p.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, Integer.toString(REQUEST_TIMEOUT_MS));
+        p.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, Integer.toString(API_TIMEOUT_MS));
+        p.put(AdminClientConfig.SOCKET_CONNECTION_SETUP_TIMEOUT_MS_CONFIG, "5000");
+        p.put(AdminClientConfig.SOCKET_CONNECTION_SETUP_TIMEOUT_MAX_MS_CONFIG, "10000");
+        p.put(AdminClientConfig.RECONNECT_BACKOFF_MAX_MS_CONFIG, "1000");
+        a.applyProps(p);
+        return p;
+    }
+
+    static Object nodeJson(Node n) {
+        if (n == null) return null;
+        return obj("id", n.id(), "host", n.host(), "port", n.port(), "rack", n.rack());
+    }
+
+    static List<Object> ids(Collection<Node> nodes) {
+        List<Object> out = new ArrayList<>();
+        for (Node n : nodes) out.add(n.id());
+        return out;
+    }
+
+    static int admin(String sub, Args a) throws Exception {
+        String bootstrap = a.req("bootstrap");
+        try (Admin admin = Admin.create(adminProps(a, bootstrap))) {
+            switch (sub) {
+                case "create-topic": {
+                    String topic = a.req("topic");
+                    NewTopic nt = new NewTopic(topic, Optional.of(a.integer("partitions", 1)),
+                            Optional.of((short) a.integer("replication-factor", 1)));
+                    Map<String, String> cfg = new LinkedHashMap<>();
+                    for (String kv : a.all("config")) {
+                        int eq = kv.indexOf('=');
+                        if (eq <= 0) throw new UsageException("--config wants key=value, got " + kv);
+                        cfg.put(kv.substring(0, eq), kv.substring(eq + 1));
+                    }
+                    if (!cfg.isEmpty()) nt.configs(cfg);
+                    CreateTopicsResult r = admin.createTopics(List.of(nt));
+                    r.all().get();
+                    Uuid id = r.topicId(topic).get();
+                    emit(obj("event", "created", "topic", topic, "topic_id", id == null ? null : id.toString(),
+                            "partitions", r.numPartitions(topic).get(), "replication_factor", r.replicationFactor(topic).get()));
+                    return 0;
+                }
+                case "describe-topic": {
+                    String topic = a.req("topic");
+                    TopicDescription td = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+                    List<Object> ps = new ArrayList<>();
+                    for (TopicPartitionInfo pi : td.partitions()) {
+                        ps.add(obj("partition", pi.partition(), "leader", pi.leader() == null ? null : pi.leader().id(),
+                                "replicas", ids(pi.replicas()), "isr", ids(pi.isr())));
+                    }
+                    emit(obj("event", "topic", "name", td.name(), "topic_id", td.topicId() == null ? null : td.topicId().toString(),
+                            "internal", td.isInternal(), "partitions", ps));
+                    return 0;
+                }
+                case "list-topics": {
+                    Set<String> names = admin.listTopics(new ListTopicsOptions().listInternal(a.bool("internal", false))).names().get();
+                    List<Object> sorted = new ArrayList<>(new java.util.TreeSet<>(names));
+                    emit(obj("event", "topics", "topics", sorted));
+                    return 0;
+                }
+                case "delete-topic": {
+                    String topic = a.req("topic");
+                    admin.deleteTopics(List.of(topic)).all().get();
+                    emit(obj("event", "deleted", "topic", topic));
+                    return 0;
+                }
+                case "describe-cluster": {
+                    DescribeClusterResult r = admin.describeCluster();
+                    List<Object> nodes = new ArrayList<>();
+                    for (Node n : r.nodes().get()) nodes.add(nodeJson(n));
+                    emit(obj("event", "cluster", "cluster_id", r.clusterId().get(), "controller", nodeJson(r.controller().get()),
+                            "nodes", nodes));
+                    return 0;
+                }
+                case "describe-configs": {
+                    ConfigResource res;
+                    if (a.has("topic")) res = new ConfigResource(ConfigResource.Type.TOPIC, a.req("topic"));
+                    else if (a.has("broker")) res = new ConfigResource(ConfigResource.Type.BROKER, a.req("broker"));
+                    else throw new UsageException("describe-configs needs --topic T or --broker ID");
+                    Config cfg = admin.describeConfigs(List.of(res)).all().get().get(res);
+                    Map<String, Object> entries = new TreeMap<>();
+                    for (ConfigEntry e : cfg.entries()) {
+                        entries.put(e.name(), obj("value", e.value(), "source", e.source() == null ? null : e.source().name(),
+                                "read_only", e.isReadOnly(), "sensitive", e.isSensitive()));
+                    }
+                    emit(obj("event", "configs", "resource_type", res.type().name(), "resource", res.name(), "configs", entries));
+                    return 0;
+                }
+                default:
+                    throw new UsageException("unknown admin subcommand: " + sub);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ selftest
+
+    static int selftest(Args a) throws Exception {
+        byte[] data = new byte[64 * 1024];
+        byte[] pat = RecordSpec.PATTERN.getBytes(StandardCharsets.UTF_8);
+        for (int i = 0; i < data.length; i++) data[i] = (i % 997 == 0) ? (byte) i : pat[i % pat.length];
+        boolean allOk = true;
+        for (String codec : new String[] {"none", "gzip", "snappy", "lz4", "zstd"}) {
+            Map<String, Object> o = obj("event", "selftest", "codec", codec);
+            try {
+                Compression comp = Compression.of(codec).build();
+                ByteBufferOutputStream bos = new ByteBufferOutputStream(1024);
+                try (OutputStream os = comp.wrapForOutput(bos, (byte) 2)) {
+                    os.write(data);
+                }
+                ByteBuffer compressed = bos.buffer();
+                compressed.flip();
+                int compressedSize = compressed.remaining();
+                ByteArrayOutputStream back = new ByteArrayOutputStream();
+                try (InputStream is = comp.wrapForInput(compressed, (byte) 2, BufferSupplier.create())) {
+                    byte[] buf = new byte[8192];
+                    int r;
+                    while ((r = is.read(buf)) > 0) back.write(buf, 0, r);
+                }
+                boolean ok = Arrays.equals(data, back.toByteArray());
+                allOk &= ok;
+                o.put("ok", ok);
+                o.put("compressed_bytes", compressedSize);
+            } catch (Throwable t) {
+                allOk = false;
+                o.put("ok", false);
+                o.put("error_class", t.getClass().getName());
+                o.put("error", String.valueOf(t.getMessage()));
+            }
+            emit(o);
+        }
+        emit(obj("event", "done", "ok", allOk, "java_version", System.getProperty("java.version"),
+                "client_version", org.apache.kafka.common.utils.AppInfoParser.getVersion()));
+        return allOk ? 0 : 1;
+    }
+
+    // ------------------------------------------------------------------ helpers
+
+    static final class UsageException extends Exception {
+        private static final long serialVersionUID = 1L;
+
+        UsageException(String m) {
+            super(m);
+        }
+    }
+
+    /** --name value options; repeated options accumulate (for --config/--prop/--timestamp). */
+    static final class Args {
+        final Map<String, List<String>> m = new LinkedHashMap<>();
+
+        static final Set<String> KNOWN = Set.of("bootstrap", "topic", "count", "acks", "compression", "idempotence",
+                "linger-ms", "batch-size", "partitions", "base-ts", "ts-step", "tag", "binary", "nulls", "start-index",
+                "sync", "delay-ms", "prop", "expect", "isolation", "timeout-ms", "fetch-max-wait-ms", "timestamp",
+                "replication-factor", "config", "broker", "internal");
+
+        static Args parse(String[] argv, int from) throws UsageException {
+            Args a = new Args();
+            for (int i = from; i < argv.length; i++) {
+                String s = argv[i];
+                if (!s.startsWith("--")) throw new UsageException("unexpected argument: " + s);
+                String name = s.substring(2);
+                String val;
+                int eq = name.indexOf('=');
+                if (eq > 0 && !name.startsWith("prop") && !name.startsWith("config")) {
+                    val = name.substring(eq + 1);
+                    name = name.substring(0, eq);
+                } else {
+                    if (i + 1 >= argv.length) throw new UsageException("option --" + name + " needs a value");
+                    val = argv[++i];
+                }
+                if (!KNOWN.contains(name)) throw new UsageException("unknown option --" + name);
+                a.m.computeIfAbsent(name, k -> new ArrayList<>()).add(val);
+            }
+            return a;
+        }
+
+        boolean has(String k) {
+            return m.containsKey(k);
+        }
+
+        String get(String k, String dflt) {
+            List<String> v = m.get(k);
+            return v == null ? dflt : v.get(v.size() - 1);
+        }
+
+        List<String> all(String k) {
+            return m.getOrDefault(k, List.of());
+        }
+
+        String req(String k) throws UsageException {
+            String v = get(k, null);
+            if (v == null) throw new UsageException("missing required option --" + k);
+            return v;
+        }
+
+        int integer(String k, int dflt) throws UsageException {
+            String v = get(k, null);
+            if (v == null) return dflt;
+            try {
+                return Integer.parseInt(v);
+            } catch (NumberFormatException e) {
+                throw new UsageException("--" + k + " wants an integer, got " + v);
+            }
+        }
+
+        long longv(String k, long dflt) throws UsageException {
+            String v = get(k, null);
+            if (v == null) return dflt;
+            try {
+                return Long.parseLong(v);
+            } catch (NumberFormatException e) {
+                throw new UsageException("--" + k + " wants an integer, got " + v);
+            }
+        }
+
+        boolean bool(String k, boolean dflt) throws UsageException {
+            String v = get(k, null);
+            if (v == null) return dflt;
+            if (v.equals("true")) return true;
+            if (v.equals("false")) return false;
+            throw new UsageException("--" + k + " wants true|false, got " + v);
+        }
+
+        void applyProps(Properties p) {
+            for (String kv : all("prop")) {
+                int eq = kv.indexOf('=');
+                if (eq > 0) p.put(kv.substring(0, eq), kv.substring(eq + 1));
+            }
+        }
+    }
+
+    static Throwable unwrap(Throwable t) {
+        while ((t instanceof ExecutionException || t instanceof java.util.concurrent.CompletionException) && t.getCause() != null) {
+            t = t.getCause();
+        }
+        return t;
+    }
+
+    static String b64(byte[] b) {
+        return b == null ? null : Base64.getEncoder().encodeToString(b);
+    }
+
+    static Map<String, Object> obj(Object... kv) {
+        Map<String, Object> m = new LinkedHashMap<>();
+        for (int i = 0; i + 1 < kv.length; i += 2) m.put((String) kv[i], kv[i + 1]);
+        return m;
+    }
+
+    static synchronized void emit(Map<String, Object> o) {
+        StringBuilder sb = new StringBuilder();
+        json(sb, o);
+        OUT.println(sb);
+        OUT.flush();
+    }
+
+    static void json(StringBuilder sb, Object v) {
+        if (v == null) {
+            sb.append("null");
+        } else if (v instanceof String) {
+            str(sb, (String) v);
+        } else if (v instanceof Number || v instanceof Boolean) {
+            sb.append(v);
+        } else if (v instanceof Map) {
+            sb.append('{');
+            boolean first = true;
+            for (Map.Entry<?, ?> e : ((Map<?, ?>) v).entrySet()) {
+                if (!first) sb.append(',');
+                first = false;
+                str(sb, String.valueOf(e.getKey()));
+                sb.append(':');
+                json(sb, e.getValue());
+            }
+            sb.append('}');
+        } else if (v instanceof Collection) {
+            sb.append('[');
+            boolean first = true;
+            for (Object x : (Collection<?>) v) {
+                if (!first) sb.append(',');
+                first = false;
+                json(sb, x);
+            }
+            sb.append(']');
+        } else {
+            str(sb, v.toString());
+        }
+    }
+
+    static void str(StringBuilder sb, String s) {
+        sb.append('"');
+        for (int i = 0; i < s.length(); i++) {
+            char c = s.charAt(i);
+            switch (c) {
+                case '"': sb.append("\\\""); break;
+                case '\\': sb.append("\\\\"); break;
+                case '\n': sb.append("\\n"); break;
+                case '\r': sb.append("\\r"); break;
+                case '\t': sb.append("\\t"); break;
+                default:
+                    if (c < 0x20) sb.append(String.format("\\u%04x", (int) c));
+                    else sb.append(c);
+            }
+        }
+        sb.append('"');
+    }
+}
