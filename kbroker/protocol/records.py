@@ -838,9 +838,11 @@ def set_max_timestamp_and_type(buf: bytearray | memoryview, pos: int, timestamp:
         raise CorruptRecordError("cannot update the timestamp of a truncated batch")
     _I16.pack_into(buf, pos + ATTRIBUTES_OFFSET, new_attrs)
     _I64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp)
-    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
-    with mv[pos + ATTRIBUTES_OFFSET : end] as covered:
-        crc = crc32c(covered)
+    if isinstance(buf, memoryview):
+        crc = crc32c(buf[pos + ATTRIBUTES_OFFSET : end])
+    else:
+        with memoryview(buf) as whole, whole[pos + ATTRIBUTES_OFFSET : end] as covered:
+            crc = crc32c(covered)
     _U32.pack_into(buf, pos + CRC_OFFSET, crc)
 
 
