@@ -1,0 +1,722 @@
+"""``PartitionLog``: the segmented log of one partition replica in ``<log_dir>/<topic>-<partition>/``.
+
+Files in the partition directory (see ``docs/storage-format.md``): ``<20-digit base offset>.log``,
+``.index``, ``.timeindex`` per segment, ``leader-epoch-checkpoint`` and ``partition.metadata``.
+
+Offsets: ``log_start_offset`` is the first offset still readable, ``log_end_offset`` (LEO) the offset the next
+record will get (last batch's last offset + 1), ``high_watermark`` the end of the committed prefix (set by the
+server; single node: LEO after each append), ``recovery_point`` the offset below which everything was fsynced.
+
+Threading: all mutating calls must come from one thread (the server's event loop). ``FileRegion`` objects
+returned by ``read`` stay valid while a segment is pending deletion (``file.delete.delay.ms``). ``flush`` may run
+in a worker thread: it works on a snapshot of the segment list.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+import struct
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from kbroker.protocol.errors import CorruptRecordError, ErrorCode, KafkaError
+from kbroker.protocol.records import (
+    BATCH_HEADER,
+    BATCH_HEADER_SIZE,
+    LOG_OVERHEAD,
+    set_max_timestamp_and_type,
+)
+from kbroker.protocol.send import FileRegion
+from kbroker.storage.config import LogConfig
+from kbroker.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from kbroker.storage.segment import LogSegment
+from kbroker.storage.util import (
+    CLEANED_SUFFIX,
+    DELETE_DIR_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TMP_SUFFIX,
+    fsync_dir,
+    parse_topic_partition,
+    uuid_from_str,
+    uuid_to_str,
+    write_atomically,
+)
+
+log = logging.getLogger(__name__)
+
+PARTITION_METADATA_FILE = "partition.metadata"
+
+# ListOffsets special timestamps.
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+_PACK_I64 = struct.Struct(">q").pack_into
+_PACK_I32 = struct.Struct(">i").pack_into
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(slots=True)
+class AppendInfo:
+    """Result of an append. Offsets are absolute; ``max_timestamp`` in ms (-1 if none);
+    ``log_append_time`` is the broker time stamped into the batches, or -1 for CreateTime topics;
+    ``num_messages`` sums the batches' record counts; ``valid_bytes`` is the number of bytes written."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int
+    log_start_offset: int
+    num_messages: int
+    valid_bytes: int
+
+
+@dataclass(slots=True)
+class FetchDataInfo:
+    """Whole record batches to send for a fetch: file regions (possibly from several segments) and their
+    total ``size`` in bytes. Empty regions means "no data" (send an empty, non-null records field)."""
+
+    regions: list[FileRegion] = field(default_factory=list)
+    size: int = 0
+
+    def read_bytes(self) -> bytes:
+        """The fetched bytes (copy, for tests and non-sendfile transports)."""
+        return b"".join(r.read_bytes() for r in self.regions)
+
+
+def read_partition_metadata(dir: Path) -> bytes | None:
+    """Topic id (16 bytes) from ``dir/partition.metadata``; None if absent. Raises ValueError if malformed."""
+    try:
+        text = (Path(dir) / PARTITION_METADATA_FILE).read_text("utf-8")
+    except FileNotFoundError:
+        return None
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if ":" in line:
+            k, _, v = line.partition(":")
+            fields[k.strip()] = v.strip()
+    if fields.get("version") != "0" or "topic_id" not in fields:
+        raise ValueError(f"malformed {PARTITION_METADATA_FILE} in {dir}")
+    return uuid_from_str(fields["topic_id"])
+
+
+def write_partition_metadata(dir: Path, topic_id: bytes) -> None:
+    """Write ``version: 0`` / ``topic_id: <base64url>`` atomically."""
+    write_atomically(Path(dir) / PARTITION_METADATA_FILE, f"version: 0\ntopic_id: {uuid_to_str(topic_id)}\n".encode())
+
+
+class PartitionLog:
+    """The log of one partition replica.
+
+    Args:
+        dir: ``<log_dir>/<topic>-<partition>``; created if missing.
+        config: topic log config (may be replaced later with ``update_config``).
+        topic_id: 16-byte topic id; written to ``partition.metadata`` if absent, checked if present
+            (``KafkaError(INCONSISTENT_TOPIC_ID)`` on mismatch). None: use what the file says.
+        recovery_point: offset from ``recovery-point-offset-checkpoint``; segments at/after it are recovered
+            after an unclean shutdown.
+        clean_shutdown: True if the broker shut down cleanly (``.kafka_cleanshutdown`` existed).
+        high_watermark: from ``replication-offset-checkpoint`` (clamped to [log start, LEO]); None -> LEO.
+        log_start_offset: from ``log-start-offset-checkpoint``; never below the first segment's base offset.
+        now_ms: wall clock for segment creation times (default: now).
+    """
+
+    def __init__(
+        self,
+        dir: Path,
+        config: LogConfig,
+        *,
+        topic_id: bytes | None = None,
+        recovery_point: int = 0,
+        clean_shutdown: bool = False,
+        high_watermark: int | None = None,
+        log_start_offset: int | None = None,
+        now_ms: int | None = None,
+    ) -> None:
+        now = _now_ms() if now_ms is None else now_ms
+        self.dir = Path(dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.topic, self.partition = parse_topic_partition(self.dir.name)
+        self.config = config
+        self.topic_id = self._init_partition_metadata(topic_id)
+        self.leader_epoch_cache = LeaderEpochCache(self.dir / LEADER_EPOCH_CHECKPOINT)
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._closed = False
+        self._pending_flush_to: int | None = None
+        self._last_flush_ms = now
+
+        self._load_segments(recovery_point, clean_shutdown, log_start_offset or 0, now)
+        self._leo = self._segments[-1].next_offset
+        self.log_start_offset = min(max(self._segments[0].base_offset, log_start_offset or 0), self._leo)
+        self.recovery_point = self._leo
+        hw = self._leo if high_watermark is None else high_watermark
+        self._high_watermark = min(max(hw, self.log_start_offset), self._leo)
+        self.leader_epoch_cache.truncate_from_end(self._leo)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+
+    # -- open / recovery ----------------------------------------------------------------------------
+
+    def _init_partition_metadata(self, topic_id: bytes | None) -> bytes | None:
+        try:
+            existing = read_partition_metadata(self.dir)
+        except ValueError as exc:
+            log.warning("%s; rewriting", exc)
+            existing = None
+        if topic_id is None:
+            return existing
+        if existing is not None and existing != topic_id:
+            raise KafkaError(
+                ErrorCode.INCONSISTENT_TOPIC_ID,
+                f"{self.dir} belongs to topic id {uuid_to_str(existing)}, not {uuid_to_str(topic_id)}",
+            )
+        if existing is None:
+            write_partition_metadata(self.dir, topic_id)
+        return topic_id
+
+    def _load_segments(self, recovery_point: int, clean_shutdown: bool, start_offset: int, now: int) -> None:
+        bases: list[int] = []
+        stems_with_log: set[str] = set()
+        names = sorted(os.listdir(self.dir))
+        for name in names:
+            path = self.dir / name
+            if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, TMP_SUFFIX)) and path.is_file():
+                log.info("removing stray file %s", path)
+                path.unlink()
+                continue
+            stem, dot, ext = name.partition(".")
+            if dot and "." + ext == LOG_SUFFIX and stem.isdigit() and len(stem) == 20:
+                bases.append(int(stem))
+                stems_with_log.add(stem)
+        for name in names:
+            stem, dot, ext = name.partition(".")
+            if dot and "." + ext in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and stem.isdigit() and stem not in stems_with_log:
+                (self.dir / name).unlink(missing_ok=True)
+        bases.sort()
+
+        # Segments from the one holding the recovery point onwards are recovered after an unclean shutdown.
+        recover_from = len(bases)
+        if not clean_shutdown:
+            recover_from = max(0, bisect.bisect_right(bases, recovery_point) - 1)
+
+        corrupt = False
+        for i, base in enumerate(bases):
+            seg = LogSegment.open(self.dir, base, self.config, now)
+            if corrupt:
+                log.warning("deleting segment %s after a corrupt one", seg.log_path)
+                seg.delete_files()
+                continue
+            need_recovery = i >= recover_from
+            if not need_recovery and not seg.load():
+                log.info("%s: index missing or inconsistent, rebuilding", seg.log_path)
+                need_recovery = True
+            if need_recovery:
+                truncated = seg.recover()
+                seg.flush()
+                if truncated and i < len(bases) - 1:
+                    corrupt = True
+            if self._segments and seg.base_offset < self._segments[-1].next_offset:
+                log.warning("%s overlaps the previous segment; deleting it and later segments", seg.log_path)
+                seg.delete_files()
+                corrupt = True
+                continue
+            self._segments.append(seg)
+        if not self._segments:
+            self._segments.append(LogSegment.create(self.dir, max(start_offset, 0), self.config, now))
+            fsync_dir(self.dir)
+        self._bases = [s.base_offset for s in self._segments]
+
+    # -- simple properties --------------------------------------------------------------------------
+
+    @property
+    def segments(self) -> list[LogSegment]:
+        """The live segments, oldest first (a copy of the list)."""
+        return list(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        """Offset of the next record to be appended (last offset + 1)."""
+        return self._leo
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, value: int) -> None:
+        """Set the HW, clamped to ``[log_start_offset, log_end_offset]``."""
+        self._high_watermark = min(max(value, self.log_start_offset), self._leo)
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Bytes in live segment ``.log`` files."""
+        return sum(s.size for s in self._segments)
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._leo - self.recovery_point
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply a new topic config (index sizes apply to segments created afterwards)."""
+        self.config = config
+        for seg in self._segments:
+            seg.config = config
+
+    def __repr__(self) -> str:
+        return (
+            f"PartitionLog({self.topic}-{self.partition}, start={self.log_start_offset}, "
+            f"hw={self._high_watermark}, leo={self._leo}, segments={len(self._segments)})"
+        )
+
+    # -- append -------------------------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int) -> AppendInfo:
+        """Append one or more validated batches, assigning offsets from the LEO.
+
+        The input is copied once into a bytearray in which each batch's baseOffset and partitionLeaderEpoch
+        are rewritten (outside the CRC); for LogAppendTime topics maxTimestamp/attributes are set to
+        ``now_ms`` and the CRC recomputed. The whole buffer is written with one write.
+
+        Raises ``KafkaError(MESSAGE_TOO_LARGE)`` if a batch exceeds ``max.message.bytes``,
+        ``KafkaError(RECORD_LIST_TOO_LARGE)`` if the whole append exceeds ``segment.bytes``,
+        ``CorruptRecordError`` if the bytes are not whole batches. Nothing is written on error.
+        """
+        self._check_open()
+        buf = bytearray(records)
+        n = len(buf)
+        if n == 0:
+            return AppendInfo(-1, -1, -1, -1, -1, self.log_start_offset, 0, 0)
+        if n > self.config.segment_bytes:
+            raise KafkaError(
+                ErrorCode.RECORD_LIST_TOO_LARGE,
+                f"append of {n} bytes exceeds segment.bytes {self.config.segment_bytes}",
+            )
+        log_append = self.config.log_append_time
+        max_message = self.config.max_message_bytes
+        unpack = BATCH_HEADER.unpack_from
+        first = offset = self._leo
+        max_ts, off_max, num, pos = -1, -1, 0, 0
+        while pos < n:
+            if n - pos < BATCH_HEADER_SIZE:
+                raise CorruptRecordError(f"{n - pos} trailing bytes are not a record batch")
+            h = unpack(buf, pos)
+            size = h[1] + LOG_OVERHEAD
+            if size < BATCH_HEADER_SIZE or pos + size > n or h[6] < 0:
+                raise CorruptRecordError(f"malformed batch at byte {pos}")
+            if size > max_message:
+                raise KafkaError(
+                    ErrorCode.MESSAGE_TOO_LARGE, f"batch of {size} bytes exceeds max.message.bytes {max_message}"
+                )
+            _PACK_I64(buf, pos, offset)
+            _PACK_I32(buf, pos + 12, leader_epoch)
+            last = offset + h[6]
+            if log_append:
+                set_max_timestamp_and_type(buf, pos, now_ms, True)
+                batch_max = now_ms
+            else:
+                batch_max = h[8]
+            if batch_max > max_ts:
+                max_ts, off_max = batch_max, last
+            num += h[12]
+            offset = last + 1
+            pos += size
+        last_offset = offset - 1
+        self._maybe_roll(n, first, last_offset, max_ts, now_ms)
+        if leader_epoch >= 0:
+            self.leader_epoch_cache.assign(leader_epoch, first)
+        self.active_segment.append(last_offset, max_ts, off_max, buf)
+        self._leo = offset
+        if self._leo - self.recovery_point >= self.config.flush_messages:
+            self.flush()
+        return AppendInfo(
+            first_offset=first,
+            last_offset=last_offset,
+            max_timestamp=max_ts,
+            offset_of_max_timestamp=off_max,
+            log_append_time=now_ms if log_append else -1,
+            log_start_offset=self.log_start_offset,
+            num_messages=num,
+            valid_bytes=n,
+        )
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int | None = None) -> AppendInfo:
+        """Append batches that already carry offsets and leader epochs (replication / tests).
+
+        Batches must be whole and their base offsets must not be below the LEO (gaps are allowed).
+        New epochs found in batch headers are added to the leader epoch cache.
+        Raises ``CorruptRecordError`` for malformed input, ``KafkaError(UNKNOWN_SERVER_ERROR)`` for offsets
+        below the LEO.
+        """
+        self._check_open()
+        now = _now_ms() if now_ms is None else now_ms
+        mv = memoryview(records).cast("B") if not isinstance(records, (bytes, bytearray)) else memoryview(records)
+        n = len(mv)
+        if n == 0:
+            return AppendInfo(-1, -1, -1, -1, -1, self.log_start_offset, 0, 0)
+        unpack = BATCH_HEADER.unpack_from
+        expected = self._leo
+        first = -1
+        max_ts, off_max, num, pos = -1, -1, 0, 0
+        epochs: list[tuple[int, int]] = []
+        while pos < n:
+            if n - pos < BATCH_HEADER_SIZE:
+                raise CorruptRecordError(f"{n - pos} trailing bytes are not a record batch")
+            h = unpack(mv, pos)
+            size = h[1] + LOG_OVERHEAD
+            if size < BATCH_HEADER_SIZE or pos + size > n or h[6] < 0:
+                raise CorruptRecordError(f"malformed batch at byte {pos}")
+            if h[0] < expected:
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"batch offset {h[0]} is below the expected {expected}")
+            if first < 0:
+                first = h[0]
+            if h[2] >= 0 and (not epochs or h[2] > epochs[-1][0]):
+                epochs.append((h[2], h[0]))
+            if h[8] > max_ts:
+                max_ts, off_max = h[8], h[0] + h[6]
+            num += h[12]
+            expected = h[0] + h[6] + 1
+            pos += size
+        last_offset = expected - 1
+        self._maybe_roll(n, first, last_offset, max_ts, now)
+        for epoch, start in epochs:
+            self.leader_epoch_cache.assign(epoch, start)
+        self.active_segment.append(last_offset, max_ts, off_max, mv)
+        self._leo = expected
+        if self._leo - self.recovery_point >= self.config.flush_messages:
+            self.flush()
+        return AppendInfo(first, last_offset, max_ts, off_max, -1, self.log_start_offset, num, n)
+
+    def _maybe_roll(self, size: int, first_offset: int, last_offset: int, max_ts: int, now_ms: int) -> None:
+        seg = self.active_segment
+        if seg.size == 0:
+            if first_offset > seg.base_offset:
+                # Empty active segment but the data starts later (gap in a follower append): replace it so
+                # that the file name keeps matching the first offset in it.
+                self._replace_empty_active(first_offset, now_ms)
+            return
+        cfg = self.config
+        if seg.rolling_base_timestamp is not None and max_ts >= 0:
+            waited = max_ts - seg.rolling_base_timestamp
+        else:
+            waited = now_ms - seg.created_ms
+        if (
+            seg.size > cfg.segment_bytes - size
+            or waited > cfg.segment_ms
+            or seg.is_full
+            or last_offset - seg.base_offset > 0x7FFFFFFF
+        ):
+            self.roll(first_offset, now_ms)
+
+    def _replace_empty_active(self, base_offset: int, now_ms: int) -> None:
+        old = self._segments.pop()
+        old.delete_files()
+        self._segments.append(LogSegment.create(self.dir, base_offset, self.config, now_ms))
+        self._bases = [s.base_offset for s in self._segments]
+        fsync_dir(self.dir)
+
+    def roll(self, base_offset: int | None = None, now_ms: int | None = None) -> LogSegment:
+        """Start a new active segment at ``base_offset`` (default LEO). An empty active segment is kept.
+        The previous segment gets its final time index entry and is flushed by the next
+        ``maybe_flush_by_time`` call."""
+        now = _now_ms() if now_ms is None else now_ms
+        base = self._leo if base_offset is None else base_offset
+        old = self.active_segment
+        if old.size == 0:
+            return old
+        old.on_become_inactive()
+        new = LogSegment.create(self.dir, base, self.config, now)
+        self._segments.append(new)
+        self._bases.append(base)
+        fsync_dir(self.dir)
+        self._pending_flush_to = base
+        return new
+
+    # -- read ---------------------------------------------------------------------------------------
+
+    def _segment_index_for(self, offset: int) -> int:
+        return max(0, bisect.bisect_right(self._bases, offset) - 1)
+
+    def read(
+        self, fetch_offset: int, max_bytes: int, upper_bound_offset: int | None = None, min_one_message: bool = True
+    ) -> FetchDataInfo:
+        """Whole batches from the one holding ``fetch_offset`` whose last offset is < ``upper_bound_offset``
+        (default LEO; pass the HW for consumers), up to ``max_bytes`` (the first batch is returned even if
+        larger when ``min_one_message``). May span several segments.
+
+        Raises ``KafkaError(OFFSET_OUT_OF_RANGE)`` when ``fetch_offset`` is below the log start offset or
+        above the LEO. Returns an empty result when ``fetch_offset >= upper_bound_offset``.
+        """
+        leo = self._leo
+        if fetch_offset < self.log_start_offset or fetch_offset > leo:
+            raise KafkaError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {fetch_offset} outside [{self.log_start_offset}, {leo}] of {self.topic}-{self.partition}",
+            )
+        upper = leo if upper_bound_offset is None else min(upper_bound_offset, leo)
+        out = FetchDataInfo()
+        if fetch_offset >= upper:
+            return out
+        segs = self._segments
+        i = self._segment_index_for(fetch_offset)
+        offset = fetch_offset
+        while i < len(segs) and offset < upper:
+            seg = segs[i]
+            hdr = seg.translate_offset(offset)
+            if hdr is None:  # nothing at/after offset in this segment
+                i += 1
+                if i < len(segs):
+                    offset = max(offset, segs[i].base_offset)
+                continue
+            max_pos = seg.size
+            if upper < seg.next_offset:
+                bound = seg.translate_offset(upper, hdr.position)
+                if bound is not None:
+                    max_pos = bound.position
+            region = seg.read_from(hdr, max_bytes - out.size, max_pos, min_one_message and not out.regions)
+            if region is None:
+                break
+            out.regions.append(region)
+            out.size += region.size
+            if region.position + region.size < max_pos or out.size >= max_bytes or max_pos < seg.size:
+                break
+            i += 1
+            if i < len(segs):
+                offset = segs[i].base_offset
+        return out
+
+    # -- timestamps ---------------------------------------------------------------------------------
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
+        """ListOffsets lookup: ``(offset, timestamp, leader_epoch)`` or None.
+
+        -2 (earliest) and -4 (earliest local): log start offset, timestamp -1, its epoch.
+        -1 (latest): LEO, timestamp -1, the latest epoch (callers serving consumers may use the HW instead).
+        -3 (max timestamp): the first record carrying the largest timestamp (decodes that one batch).
+        ``timestamp >= 0``: the first record with timestamp >= ``timestamp`` at or after the log start
+        (decodes only candidate batches). None when there is no such record. Epochs are -1 when unknown.
+        The result is not capped at the high watermark; callers do that.
+        """
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return self.log_start_offset, -1, self.leader_epoch_cache.epoch_for_offset(self.log_start_offset)
+        if timestamp == LATEST_TIMESTAMP:
+            return self._leo, -1, self.leader_epoch_cache.latest_epoch
+        if timestamp == MAX_TIMESTAMP:
+            best: LogSegment | None = None
+            for seg in self._segments:
+                if seg.max_timestamp_so_far >= 0 and (best is None or seg.max_timestamp_so_far > best.max_timestamp_so_far):
+                    best = seg
+            return best.find_max_timestamp_record() if best is not None else None
+        if timestamp < 0:
+            return None
+        for seg in self._segments:
+            if seg.max_timestamp_so_far >= timestamp:
+                found = seg.find_offset_by_timestamp(timestamp, self.log_start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    # -- durability ---------------------------------------------------------------------------------
+
+    def flush(self, up_to: int | None = None) -> None:
+        """fsync every segment holding offsets in ``[recovery_point, up_to)`` (default: up to the LEO) and
+        advance the recovery point to ``up_to``."""
+        target = self._leo if up_to is None else min(up_to, self._leo)
+        for seg in list(self._segments):  # snapshot: may run in a worker thread
+            if up_to is None or seg.base_offset < target:
+                seg.flush()  # cheap no-op for segments with nothing written since their last fsync
+        if target > self.recovery_point:
+            self.recovery_point = target
+        if self._pending_flush_to is not None and self._pending_flush_to <= target:
+            self._pending_flush_to = None
+        self._last_flush_ms = _now_ms()
+
+    def maybe_flush_by_time(self, now_ms: int) -> bool:
+        """Flush segments rolled since the last flush, and everything if ``flush.ms`` has elapsed with
+        unflushed data. Returns True if something was flushed."""
+        did = False
+        if self._pending_flush_to is not None:
+            self.flush(self._pending_flush_to)
+            did = True
+        if self._leo > self.recovery_point and now_ms - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+            did = True
+        return did
+
+    # -- retention / truncation ---------------------------------------------------------------------
+
+    def delete_retention(self, now_ms: int) -> int:
+        """Delete old segments: those wholly below the log start offset, then (if ``cleanup.policy`` has
+        ``delete``) those past ``retention.ms`` (by largest timestamp) and beyond ``retention.bytes``.
+
+        Never deletes the active segment or segments not wholly below the high watermark; always a prefix.
+        Deleted segments are renamed ``*.deleted`` and purged after ``file.delete.delay.ms``. Advances the log
+        start offset. Returns the number of segments deleted.
+        """
+        self._check_open()
+        cfg = self.config
+        deleted = self._delete_prefix(lambda seg, nxt: nxt.base_offset <= self.log_start_offset, now_ms)
+        if "delete" in cfg.cleanup_policy.split(","):
+            if cfg.retention_ms >= 0:
+                deleted += self._delete_prefix(lambda seg, nxt: now_ms - seg.largest_timestamp > cfg.retention_ms, now_ms)
+            if cfg.retention_bytes >= 0:
+                excess = [self.size_in_bytes - cfg.retention_bytes]
+
+                def over_size(seg: LogSegment, nxt: LogSegment) -> bool:
+                    if excess[0] - seg.size >= 0:
+                        excess[0] -= seg.size
+                        return True
+                    return False
+
+                deleted += self._delete_prefix(over_size, now_ms)
+        return deleted
+
+    def _delete_prefix(self, predicate: Callable[[LogSegment, LogSegment], bool], now_ms: int) -> int:
+        victims: list[LogSegment] = []
+        segs = self._segments
+        for i in range(len(segs) - 1):
+            seg, nxt = segs[i], segs[i + 1]
+            if nxt.base_offset > self._high_watermark or not predicate(seg, nxt):
+                break
+            victims.append(seg)
+        if not victims:
+            return 0
+        del self._segments[: len(victims)]
+        self._bases = [s.base_offset for s in self._segments]
+        due = now_ms + self.config.file_delete_delay_ms
+        for seg in victims:
+            seg.rename_to_deleted()
+            self._pending_deletes.append((due, seg))
+            log.info("%s-%d: scheduled deletion of segment %d", self.topic, self.partition, seg.base_offset)
+        new_start = self._segments[0].base_offset
+        if new_start > self.log_start_offset:
+            self._set_log_start_offset(new_start)
+        return len(victims)
+
+    def _set_log_start_offset(self, offset: int) -> None:
+        self.log_start_offset = min(offset, self._leo)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        if self._high_watermark < self.log_start_offset:
+            self._high_watermark = self.log_start_offset
+        if self.recovery_point < self.log_start_offset:
+            self.recovery_point = self.log_start_offset
+
+    def advance_log_start_offset(self, offset: int) -> None:
+        """DeleteRecords: move the log start offset up to ``offset`` (<= HW); whole segments below it are
+        removed by the next ``delete_retention``. Raises ``KafkaError(OFFSET_OUT_OF_RANGE)`` beyond the HW."""
+        if offset > self._high_watermark:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE, f"offset {offset} is above the high watermark")
+        if offset > self.log_start_offset:
+            self._set_log_start_offset(offset)
+
+    def purge_deleted(self, now_ms: int, force: bool = False) -> int:
+        """Close and unlink segments whose deletion delay has passed (all if ``force``). Returns the count."""
+        keep: list[tuple[int, LogSegment]] = []
+        purged = 0
+        for due, seg in self._pending_deletes:
+            if force or due <= now_ms:
+                seg.delete_files()
+                purged += 1
+            else:
+                keep.append((due, seg))
+        self._pending_deletes = keep
+        return purged
+
+    @property
+    def pending_deletes(self) -> list[LogSegment]:
+        return [s for _, s in self._pending_deletes]
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything from ``offset`` on (a batch holding ``offset`` is removed whole, so the LEO may
+        end up below ``offset``). Below the log start offset the log is emptied and restarted at ``offset``.
+        Returns True if anything was removed. FileRegions over truncated bytes become invalid."""
+        self._check_open()
+        if offset >= self._leo:
+            return False
+        if offset < self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return True
+        while len(self._segments) > 1 and self._segments[-1].base_offset > offset:
+            seg = self._segments.pop()
+            seg.delete_files()
+        self._bases = [s.base_offset for s in self._segments]
+        active = self.active_segment
+        active.truncate_to(offset)
+        self._leo = active.next_offset
+        self._high_watermark = min(self._high_watermark, self._leo)
+        self.recovery_point = min(self.recovery_point, self._leo)
+        if self._pending_flush_to is not None and self._pending_flush_to > self._leo:
+            self._pending_flush_to = None
+        self.leader_epoch_cache.truncate_from_end(self._leo)
+        return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete all data and restart the log empty at ``offset`` (LEO = HW = log start = ``offset``)."""
+        self._check_open()
+        for seg in self._segments:
+            seg.delete_files()
+        self._segments = [LogSegment.create(self.dir, offset, self.config)]
+        self._bases = [offset]
+        fsync_dir(self.dir)
+        self._leo = self.log_start_offset = self._high_watermark = self.recovery_point = offset
+        self._pending_flush_to = None
+        self.leader_epoch_cache.clear()
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"log {self.topic}-{self.partition} is closed")
+
+    def close(self) -> None:
+        """Flush and close all files (pending-deleted segments are removed). Idempotent."""
+        if self._closed:
+            return
+        self.active_segment.on_become_inactive()  # persist the max timestamp for a fast reopen
+        self.flush()
+        for seg in self._segments:
+            seg.close()
+        self.purge_deleted(0, force=True)
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def delete(self) -> None:
+        """Close the log, rename its directory to ``<topic>-<partition>.<uuid hex>-delete`` and remove it."""
+        if not self._closed:
+            for seg in self._segments:
+                seg.delete_files()
+            self.purge_deleted(0, force=True)
+            self._closed = True
+        target = self.dir.with_name(f"{self.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        try:
+            os.replace(self.dir, target)
+            fsync_dir(target.parent)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(target, ignore_errors=True)
