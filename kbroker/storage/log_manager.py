@@ -1,0 +1,281 @@
+"""``LogManager``: all partition logs across the broker's ``log.dirs``.
+
+Per log directory root it owns ``meta.properties``, the three offset checkpoint files and the
+``.kafka_cleanshutdown`` marker. Startup loads every ``<topic>-<partition>`` directory (recovering after an
+unclean shutdown), shutdown flushes, checkpoints, closes and writes the marker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from kbroker.protocol.errors import ErrorCode, KafkaError
+from kbroker.storage.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    CheckpointError,
+    OffsetCheckpointFile,
+)
+from kbroker.storage.config import LogConfig
+from kbroker.storage.log import PartitionLog, write_partition_metadata
+from kbroker.storage.util import (
+    DELETE_DIR_SUFFIX,
+    FUTURE_DIR_SUFFIX,
+    STRAY_DIR_SUFFIX,
+    parse_topic_partition,
+    partition_dir_name,
+    random_uuid,
+    uuid_to_str,
+    write_atomically,
+)
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+META_PROPERTIES_FILE = "meta.properties"
+METADATA_TOPIC = "__cluster_metadata"
+"""The KRaft metadata log lives in a log dir too but is owned by the controller, not by the LogManager."""
+
+TopicPartition = tuple[str, int]
+
+
+# -- meta.properties ---------------------------------------------------------------------------------
+
+
+def read_meta_properties(dir: Path) -> dict[str, str] | None:
+    """Parse ``<dir>/meta.properties`` (Java properties: ``key=value``, ``#`` comments) into a dict; None if
+    the file does not exist. Keys: ``version``, ``cluster.id``, ``node.id``, ``directory.id``."""
+    try:
+        text = (Path(dir) / META_PROPERTIES_FILE).read_text("utf-8")
+    except FileNotFoundError:
+        return None
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        for sep in ("=", ":"):
+            if sep in line:
+                k, _, v = line.partition(sep)
+                out[k.strip()] = v.strip()
+                break
+    return out
+
+
+def write_meta_properties(
+    dir: Path, *, cluster_id: str, node_id: int, directory_id: str | None = None, version: int = 1
+) -> dict[str, str]:
+    """Write ``<dir>/meta.properties`` atomically; ``directory_id`` defaults to a fresh random uuid.
+    Returns the properties written."""
+    props = {
+        "version": str(version),
+        "cluster.id": cluster_id,
+        "node.id": str(node_id),
+        "directory.id": directory_id or uuid_to_str(random_uuid()),
+    }
+    body = "#\n#kbroker meta.properties\n" + "".join(f"{k}={v}\n" for k, v in props.items())
+    Path(dir).mkdir(parents=True, exist_ok=True)
+    write_atomically(Path(dir) / META_PROPERTIES_FILE, body.encode("utf-8"))
+    return props
+
+
+def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
+    try:
+        return OffsetCheckpointFile(path).read()
+    except CheckpointError as exc:
+        log.warning("ignoring unreadable checkpoint: %s", exc)
+        return {}
+
+
+# -- LogManager --------------------------------------------------------------------------------------
+
+
+class LogManager:
+    """Owns the ``PartitionLog`` of every partition replica on this broker.
+
+    ``log_dirs``: the broker's ``log.dirs`` roots (created if missing). ``default_config``: the config used for
+    logs without a topic-specific one. Not thread-safe (call from the event loop), except that ``flush_dirty``
+    may be run in a worker thread.
+    """
+
+    def __init__(self, log_dirs: Iterable[Path], default_config: LogConfig) -> None:
+        self.log_dirs = [Path(d) for d in log_dirs]
+        if not self.log_dirs:
+            raise ValueError("at least one log dir is required")
+        self.default_config = default_config
+        self._logs: dict[TopicPartition, PartitionLog] = {}
+        self._log_dir_of: dict[TopicPartition, Path] = {}
+        self.had_clean_shutdown: dict[Path, bool] = {}
+        self._started = False
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def startup(self, topic_configs: Mapping[str, LogConfig] | None = None, now_ms: int | None = None) -> None:
+        """Load every partition directory of every log dir.
+
+        Removes ``*-delete`` directories, skips ``*-future``/``*-stray`` ones and ``__cluster_metadata-0``, reads the checkpoints, and
+        recovers logs when ``.kafka_cleanshutdown`` is absent (the marker is removed once loading is done, so
+        a crash while running counts as unclean). Raises ``KafkaError(KAFKA_STORAGE_ERROR)`` if one partition
+        is found in two log dirs.
+        """
+        topic_configs = topic_configs or {}
+        for root in self.log_dirs:
+            root.mkdir(parents=True, exist_ok=True)
+            marker = root / CLEAN_SHUTDOWN_FILE
+            clean = marker.exists()
+            self.had_clean_shutdown[root] = clean
+            recovery_points = _read_checkpoint(root / RECOVERY_POINT_CHECKPOINT)
+            hws = _read_checkpoint(root / REPLICATION_OFFSET_CHECKPOINT)
+            start_offsets = _read_checkpoint(root / LOG_START_OFFSET_CHECKPOINT)
+            for entry in sorted(os.scandir(root), key=lambda e: e.name):
+                if not entry.is_dir():
+                    continue
+                name = entry.name
+                if name.endswith(DELETE_DIR_SUFFIX):
+                    log.info("removing partially deleted log %s", entry.path)
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                    continue
+                if name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+                    log.warning("leaving %s alone", entry.path)
+                    continue
+                try:
+                    tp = parse_topic_partition(name)
+                except ValueError:
+                    continue
+                if tp[0] == METADATA_TOPIC:
+                    continue
+                if tp in self._logs:
+                    raise KafkaError(
+                        ErrorCode.KAFKA_STORAGE_ERROR, f"{name} exists in both {self._log_dir_of[tp]} and {root}"
+                    )
+                cfg = topic_configs.get(tp[0], self.default_config)
+                plog = PartitionLog(
+                    Path(entry.path),
+                    cfg,
+                    recovery_point=recovery_points.get(tp, 0),
+                    clean_shutdown=clean,
+                    high_watermark=hws.get(tp),
+                    log_start_offset=start_offsets.get(tp),
+                    now_ms=now_ms,
+                )
+                self._logs[tp] = plog
+                self._log_dir_of[tp] = root
+            if clean:
+                marker.unlink(missing_ok=True)
+        self._started = True
+        self.checkpoint()
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write the checkpoints, then the clean-shutdown marker in each dir."""
+        for plog in self._logs.values():
+            plog.close()
+        self.checkpoint()
+        for root in self.log_dirs:
+            write_atomically(root / CLEAN_SHUTDOWN_FILE, b"")
+        self._started = False
+
+    # -- lookup / create / delete -------------------------------------------------------------------
+
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> list[PartitionLog]:
+        return list(self._logs.values())
+
+    def log_dir_of(self, topic: str, partition: int) -> Path | None:
+        return self._log_dir_of.get((topic, partition))
+
+    def _pick_log_dir(self) -> Path:
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._log_dir_of.values():
+            counts[d] = counts.get(d, 0) + 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def get_or_create_log(
+        self, topic: str, partition: int, topic_id: bytes | None = None, config: LogConfig | None = None
+    ) -> PartitionLog:
+        """The existing log, or a new empty one in the log dir holding the fewest partitions.
+
+        For an existing log a given ``config`` replaces its config; a ``topic_id`` that differs from the one
+        in ``partition.metadata`` raises ``KafkaError(INCONSISTENT_TOPIC_ID)``."""
+        tp = (topic, partition)
+        plog = self._logs.get(tp)
+        if plog is not None:
+            if topic_id is not None and plog.topic_id is not None and plog.topic_id != topic_id:
+                raise KafkaError(ErrorCode.INCONSISTENT_TOPIC_ID, f"{topic}-{partition} has another topic id")
+            if topic_id is not None and plog.topic_id is None:
+                write_partition_metadata(plog.dir, topic_id)
+                plog.topic_id = topic_id
+            if config is not None and config != plog.config:
+                plog.update_config(config)
+            return plog
+        root = self._pick_log_dir()
+        plog = PartitionLog(
+            root / partition_dir_name(topic, partition),
+            config or self.default_config,
+            topic_id=topic_id,
+            clean_shutdown=True,
+        )
+        self._logs[tp] = plog
+        self._log_dir_of[tp] = root
+        return plog
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Close and delete a partition's log directory. Returns False if there was no such log."""
+        tp = (topic, partition)
+        plog = self._logs.pop(tp, None)
+        self._log_dir_of.pop(tp, None)
+        if plog is None:
+            return False
+        plog.delete()
+        return True
+
+    def update_topic_config(self, topic: str, config: LogConfig) -> None:
+        """Apply a new config to every loaded partition of ``topic``."""
+        for (t, _), plog in self._logs.items():
+            if t == topic:
+                plog.update_config(config)
+
+    # -- periodic work ------------------------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Write recovery points, high watermarks and log start offsets of every log to the checkpoint files
+        of its log dir."""
+        for root in self.log_dirs:
+            rps: dict[TopicPartition, int] = {}
+            hws: dict[TopicPartition, int] = {}
+            starts: dict[TopicPartition, int] = {}
+            for tp, plog in self._logs.items():
+                if self._log_dir_of.get(tp) != root:
+                    continue
+                rps[tp] = plog.recovery_point
+                hws[tp] = plog.high_watermark
+                starts[tp] = plog.log_start_offset
+            root.mkdir(parents=True, exist_ok=True)
+            OffsetCheckpointFile(root / RECOVERY_POINT_CHECKPOINT).write(rps)
+            OffsetCheckpointFile(root / REPLICATION_OFFSET_CHECKPOINT).write(hws)
+            OffsetCheckpointFile(root / LOG_START_OFFSET_CHECKPOINT).write(starts)
+
+    def flush_dirty(self, now_ms: int) -> int:
+        """``maybe_flush_by_time`` on every log (rolled segments and ``flush.ms``). Returns logs flushed."""
+        flushed = 0
+        for plog in list(self._logs.values()):
+            if not plog.closed and plog.maybe_flush_by_time(now_ms):
+                flushed += 1
+        return flushed
+
+    def cleanup(self, now_ms: int) -> int:
+        """Retention on every log plus purging of segments whose delete delay passed. Returns segments
+        deleted by retention."""
+        deleted = 0
+        for plog in list(self._logs.values()):
+            if plog.closed:
+                continue
+            deleted += plog.delete_retention(now_ms)
+            plog.purge_deleted(now_ms)
+        return deleted
