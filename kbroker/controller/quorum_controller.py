@@ -1,0 +1,799 @@
+"""The metadata controller of a combined broker+controller node (a KRaft-style quorum of one).
+
+Storage, under ``metadata.log.dir`` (default: the first ``log.dirs`` entry):
+
+* ``meta.properties`` in every log directory (``version=1``, ``cluster.id``, ``node.id``,
+  ``directory.id``), written on first start ("format on first start") and checked on every start;
+* ``__cluster_metadata-0/``: the metadata log, a :class:`~kbroker.storage.log.PartitionLog` with topic id
+  ``Uuid(0, 1)``; every record is a framed metadata record (:mod:`kbroker.controller.records`);
+* ``__cluster_metadata-0/quorum-state``: the Raft election state (leader, epoch, voters) as one line of
+  JSON, in the shape of Kafka's ``QuorumStateData`` v0.
+
+Every start is an election the single voter wins: the leader epoch goes up by one and a ``LeaderChange``
+control batch opens the epoch. The log is then replayed into a :class:`~kbroker.controller.image.MetadataImage`;
+on the very first start the bootstrap records (finalized features) are written; finally this node
+(re-)registers as a broker with its current listeners.
+
+Writes go through :meth:`QuorumController._commit`: the records are replayed onto the current image first
+(so a record that cannot apply never reaches the log), appended as one batch in the current epoch, flushed
+with fsync, and only then published: the new image becomes :attr:`QuorumController.image` and listeners
+registered with :meth:`add_listener` are called with ``(old_image, new_image, changes)``. Replay is the only
+way the image changes, both here and on restart.
+
+The controller is synchronous and quick; the broker calls it from its event loop. Multi-voter Raft
+(Vote/BeginQuorumEpoch/Fetch, high-watermark commit) and snapshots are not implemented yet: the seams are
+:meth:`_elect_self` (election), :meth:`_commit` (append + commit) and :meth:`_replay_log` (loading).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from kbroker.config import BrokerConfig, parse_properties
+from kbroker.controller.image import (
+    TOPIC_RESOURCE,
+    BrokerRegistration,
+    Endpoint,
+    MetadataChanges,
+    MetadataDelta,
+    MetadataImage,
+    is_internal,
+)
+from kbroker.controller.records import decode_metadata_record, encode_metadata_record
+from kbroker.controller.topic_configs import validate_topic_configs
+from kbroker.controller.uuids import METADATA_TOPIC_ID, ZERO_UUID, random_uuid, uuid_from_str, uuid_to_str
+from kbroker.protocol import codec
+from kbroker.protocol.errors import ErrorCode, KafkaError
+from kbroker.protocol.messages.leader_change_message import LeaderChangeMessage
+from kbroker.protocol.metadata_records import (
+    AbortTransactionRecord,
+    BeginTransactionRecord,
+    BrokerRegistrationChangeRecord,
+    ConfigRecord,
+    EndTransactionRecord,
+    FeatureLevelRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
+
+__all__ = [
+    "BOOTSTRAP_FEATURES",
+    "METADATA_PARTITION_DIR",
+    "METADATA_TOPIC",
+    "METADATA_TOPIC_ID",
+    "PRODUCER_ID_BLOCK_SIZE",
+    "SUPPORTED_FEATURES",
+    "CreateTopicResult",
+    "CreateTopicSpec",
+    "DeleteTopicResult",
+    "MetadataStorageError",
+    "QuorumController",
+    "is_internal",
+    "validate_topic_name",
+]
+
+log = logging.getLogger(__name__)
+
+METADATA_TOPIC = "__cluster_metadata"
+METADATA_PARTITION_DIR = f"{METADATA_TOPIC}-0"
+QUORUM_STATE_FILE = "quorum-state"
+META_PROPERTIES = "meta.properties"
+
+#: ``metadata.version`` feature level of Apache Kafka 4.3 (4.3-IV0), the release the protocol guide follows.
+METADATA_VERSION_LEVEL = 30
+#: Lowest ``metadata.version`` a 4.x node can run (3.3-IV3).
+MINIMUM_METADATA_VERSION_LEVEL = 7
+#: Finalized feature levels written on the first start. ``transaction.version`` stays 0 (the classic
+#: transaction protocol) until the transaction coordinator implements version 2.
+BOOTSTRAP_FEATURES: dict[str, int] = {"metadata.version": METADATA_VERSION_LEVEL, "group.version": 1}
+#: Feature ranges this node supports (registered with the broker, checked by :meth:`update_features`).
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
+    "metadata.version": (MINIMUM_METADATA_VERSION_LEVEL, METADATA_VERSION_LEVEL),
+    "group.version": (0, 1),
+    "transaction.version": (0, 0),
+}
+
+#: Producer ids handed out per AllocateProducerIds call (Kafka's block size).
+PRODUCER_ID_BLOCK_SIZE = 1000
+_LONG_MAX = 2**63 - 1
+
+#: Records per metadata batch; larger writes span several batches inside a metadata transaction.
+MAX_RECORDS_PER_BATCH = 10_000
+_MAX_METADATA_BATCH_BYTES = 8 * 1024 * 1024
+_READ_CHUNK_BYTES = 8 * 1024 * 1024
+
+_SECURITY_PROTOCOLS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+MAX_TOPIC_NAME_LENGTH = 249
+
+# Control record key of a LEADER_CHANGE batch: int16 version 0, int16 type 2.
+_LEADER_CHANGE_KEY = struct.pack(">hh", 0, 2)
+
+
+class MetadataStorageError(RuntimeError):
+    """The metadata directories are inconsistent with each other or with the configuration."""
+
+
+# ---- request / result types ------------------------------------------------------------------------
+
+@dataclass
+class CreateTopicSpec:
+    """One topic of a CreateTopics request.
+
+    ``num_partitions`` / ``replication_factor`` of -1 mean the broker defaults (``num.partitions``,
+    ``default.replication.factor``); with ``assignments`` (partition -> broker ids) both must be -1.
+    """
+
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignments: dict[int, list[int]] | None = None
+    configs: dict[str, str | None] = field(default_factory=dict)
+
+
+@dataclass
+class CreateTopicResult:
+    name: str
+    error_code: int = ErrorCode.NONE
+    error_message: str | None = None
+    topic_id: bytes = ZERO_UUID  # zero for errors and for validate_only
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: dict[str, str] = field(default_factory=dict)  # the topic's config overrides
+
+
+@dataclass
+class DeleteTopicResult:
+    name: str | None
+    topic_id: bytes
+    error_code: int = ErrorCode.NONE
+    error_message: str | None = None
+
+
+MetadataListener = Callable[[MetadataImage, MetadataImage, MetadataChanges], None]
+
+
+def validate_topic_name(name: str) -> str | None:
+    """Kafka's topic name rules; returns the reason the name is illegal, or None."""
+    if not name:
+        return "Topic name is illegal, it can't be empty"
+    if name in (".", ".."):
+        return "Topic name cannot be \".\" or \"..\""
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, topic name: {name}"
+    if not _LEGAL_TOPIC.fullmatch(name):
+        return (f"Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, "
+                "'.', '_' and '-'")
+    return None
+
+
+def _collision_key(name: str) -> str:
+    # '.' and '_' collide in metric names, so Kafka refuses topics that differ only by them.
+    return name.replace(".", "_")
+
+
+# ---- the controller ---------------------------------------------------------------------------------
+
+class QuorumController:
+    """Single-node metadata controller. See the module docstring for the storage layout and write path."""
+
+    def __init__(self, config: BrokerConfig, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        self.node_id = config.node_id
+        self.metadata_dir = Path(config.metadata_log_dir)
+        self.partition_dir = self.metadata_dir / METADATA_PARTITION_DIR
+        self.cluster_id: str = ""
+        self.directory_ids: dict[Path, bytes] = {}
+        self.leader_epoch = -1
+        self.incarnation_id = random_uuid()
+        self._log: Any = None
+        self._image: MetadataImage | None = None
+        self._listeners: list[MetadataListener] = []
+        self._lock = threading.RLock()
+        self._started = False
+
+    # ---- public state ----
+    @property
+    def image(self) -> MetadataImage:
+        """The current (committed) metadata image."""
+        if self._image is None:
+            raise RuntimeError("QuorumController.startup() has not run")
+        return self._image
+
+    @property
+    def is_active(self) -> bool:
+        """True while this node leads the metadata quorum (always, once started, for a quorum of one)."""
+        return self._started
+
+    def add_listener(self, callback: MetadataListener) -> None:
+        """Call ``callback(old_image, new_image, changes)`` after every committed write."""
+        self._listeners.append(callback)
+
+    def remove_listener(self, callback: MetadataListener) -> None:
+        self._listeners.remove(callback)
+
+    @staticmethod
+    def is_internal(name: str) -> bool:
+        return is_internal(name)
+
+    # ---- lifecycle ----
+    def startup(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._ensure_meta_properties()
+            self._open_log()
+            image, last_epoch, open_txn = self._replay_log()
+            self._image = image
+            # Bootstrap until the records are committed (also covers a crash during the first start).
+            first_start = "metadata.version" not in image.features
+            self._elect_self(last_epoch)
+            self._started = True
+            if open_txn:
+                # A multi-batch write was cut short (crash): abort it as Kafka's new leaders do.
+                self._commit([AbortTransactionRecord(reason="metadata transaction was not completed")])
+            if first_start:
+                self._commit([FeatureLevelRecord(name=n, feature_level=lvl) for n, lvl in BOOTSTRAP_FEATURES.items()])
+            if "broker" in self.config.process_roles:
+                self.register_broker()
+            log.info("metadata controller ready: cluster %s, node %d, epoch %d, metadata offset %d",
+                     self.cluster_id, self.node_id, self.leader_epoch, self.image.offset)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._log is not None:
+                try:
+                    self._log.flush()
+                finally:
+                    self._log.close()
+                    self._log = None
+            self._started = False
+
+    # ---- format / meta.properties ----
+    def _all_dirs(self) -> list[Path]:
+        dirs: list[Path] = []
+        for d in [*self.config.log_dirs, self.metadata_dir]:
+            d = Path(d)
+            if all(os.path.abspath(d) != os.path.abspath(x) for x in dirs):
+                dirs.append(d)
+        return dirs
+
+    def _ensure_meta_properties(self) -> None:
+        dirs = self._all_dirs()
+        found: dict[Path, dict[str, str]] = {}
+        for d in dirs:
+            p = d / META_PROPERTIES
+            if p.exists():
+                found[d] = parse_properties(p.read_text())
+        configured = self.config.get("cluster.id").strip()
+        cluster_ids = {props.get("cluster.id", "") for props in found.values()}
+        for d, props in found.items():
+            if props.get("version") != "1":
+                raise MetadataStorageError(f"{d / META_PROPERTIES}: unsupported version {props.get('version')!r} "
+                                           "(only version=1, KRaft, is supported)")
+            if props.get("node.id") != str(self.node_id):
+                raise MetadataStorageError(f"{d / META_PROPERTIES}: stored node.id {props.get('node.id')} does not "
+                                           f"match configured node.id {self.node_id}")
+        if len(cluster_ids) > 1:
+            raise MetadataStorageError(f"log directories belong to different clusters: {sorted(cluster_ids)}")
+        if cluster_ids:
+            stored = cluster_ids.pop()
+            if not stored:
+                raise MetadataStorageError("meta.properties without cluster.id")
+            if configured and configured != stored:
+                raise MetadataStorageError(f"configured cluster.id {configured} does not match stored cluster.id "
+                                           f"{stored}")
+            self.cluster_id = stored
+        else:
+            self.cluster_id = configured or uuid_to_str(random_uuid())
+        seen: set[bytes] = set()
+        for d in dirs:
+            props = found.get(d)
+            dir_id: bytes | None = None
+            if props is not None and props.get("directory.id"):
+                try:
+                    dir_id = uuid_from_str(props["directory.id"])
+                except ValueError:
+                    raise MetadataStorageError(f"{d / META_PROPERTIES}: invalid directory.id") from None
+                if dir_id in seen:
+                    raise MetadataStorageError(f"duplicate directory.id {props['directory.id']} in {d}")
+            if props is None or dir_id is None:
+                dir_id = random_uuid()
+                while dir_id in seen:
+                    dir_id = random_uuid()
+                self._write_meta_properties(d, dir_id)
+            seen.add(dir_id)
+            self.directory_ids[d] = dir_id
+
+    def _write_meta_properties(self, d: Path, dir_id: bytes) -> None:
+        d.mkdir(parents=True, exist_ok=True)
+        props = {"cluster.id": self.cluster_id, "directory.id": uuid_to_str(dir_id),
+                 "node.id": str(self.node_id), "version": "1"}
+        text = "#\n#" + time.strftime("%a %b %d %H:%M:%S %Z %Y") + "\n"
+        text += "".join(f"{k}={v}\n" for k, v in props.items())
+        _write_file_durably(d / META_PROPERTIES, text.encode())
+        log.info("formatted %s (cluster %s, node %d)", d, self.cluster_id, self.node_id)
+
+    # ---- the metadata log ----
+    def _metadata_log_config(self) -> Any:
+        from kbroker.storage.config import LogConfig
+
+        props = {
+            "segment.bytes": self.config.get("metadata.log.segment.bytes") or "1073741824",
+            "segment.ms": self.config.get("metadata.log.segment.ms") or "604800000",
+            "retention.ms": "-1",
+            "retention.bytes": "-1",
+            "max.message.bytes": str(_MAX_METADATA_BATCH_BYTES),
+            "cleanup.policy": "delete",
+        }
+        return LogConfig.from_props(props)
+
+    def _open_log(self) -> None:
+        from kbroker.storage.log import PartitionLog
+
+        self.partition_dir.mkdir(parents=True, exist_ok=True)
+        # Always recover from the start: the metadata log is small and every batch is CRC-checked, so a
+        # torn tail left by a crash is truncated before replay.
+        self._log = PartitionLog(self.partition_dir, self._metadata_log_config(), topic_id=METADATA_TOPIC_ID,
+                                 recovery_point=0, clean_shutdown=False, high_watermark=None)
+
+    def _read_batches(self) -> Iterable[Any]:
+        from kbroker.protocol.records import iter_batches
+
+        pos = self._log.log_start_offset
+        end = self._log.log_end_offset
+        while pos < end:
+            info = self._log.read(pos, _READ_CHUNK_BYTES, end)
+            data = b"".join(bytes(region.read_bytes()) for region in info.regions)
+            if not data:
+                raise MetadataStorageError(f"metadata log read at offset {pos} returned nothing (end {end})")
+            advanced = False
+            for batch in iter_batches(data):
+                if batch.next_offset <= pos:
+                    continue
+                yield batch
+                pos = batch.next_offset
+                advanced = True
+            if not advanced:
+                raise MetadataStorageError(f"metadata log does not advance at offset {pos}")
+
+    def _replay_log(self) -> tuple[MetadataImage, int, bool]:
+        """Replay the whole metadata log -> (image, highest batch epoch, log ends inside a transaction)."""
+        delta = MetadataDelta(MetadataImage.empty(self.cluster_id))
+        pending: list[tuple[Any, int]] | None = None
+        last_epoch = -1
+        for batch in self._read_batches():
+            last_epoch = max(last_epoch, batch.partition_leader_epoch)
+            if batch.is_control:
+                if pending is None:
+                    delta.advance_offset(batch.last_offset)
+                continue
+            for rec in batch.records():
+                msg = decode_metadata_record(rec.value)
+                if isinstance(msg, BeginTransactionRecord):
+                    if pending is not None:
+                        log.warning("metadata transaction at offset %d begins inside another; dropping the "
+                                    "earlier one", rec.offset)
+                    pending = [(msg, rec.offset)]
+                elif isinstance(msg, EndTransactionRecord):
+                    for m, off in pending or ():
+                        delta.replay(m, off)
+                    delta.replay(msg, rec.offset)
+                    pending = None
+                elif isinstance(msg, AbortTransactionRecord):
+                    pending = None
+                    delta.replay(msg, rec.offset)
+                elif pending is not None:
+                    pending.append((msg, rec.offset))
+                else:
+                    delta.replay(msg, rec.offset)
+        return delta.apply(), last_epoch, pending is not None
+
+    # ---- election (quorum of one) ----
+    def _quorum_state_path(self) -> Path:
+        return self.partition_dir / QUORUM_STATE_FILE
+
+    def _read_quorum_state(self) -> dict[str, Any]:
+        p = self._quorum_state_path()
+        if not p.exists():
+            return {}
+        try:
+            return json.loads(p.read_text())
+        except ValueError as exc:
+            raise MetadataStorageError(f"{p}: unreadable quorum state: {exc}") from exc
+
+    def _elect_self(self, last_log_epoch: int) -> None:
+        """Become leader in a new epoch: persist the election, then open the epoch in the log."""
+        state = self._read_quorum_state()
+        stored_cluster = state.get("clusterId")
+        if stored_cluster and stored_cluster != self.cluster_id:
+            raise MetadataStorageError(f"quorum-state belongs to cluster {stored_cluster}, not {self.cluster_id}")
+        self.leader_epoch = max(int(state.get("leaderEpoch", 0)), last_log_epoch, 0) + 1
+        voters = [{"voterId": self.node_id}]
+        new_state = {"clusterId": self.cluster_id, "leaderId": self.node_id, "leaderEpoch": self.leader_epoch,
+                     "votedId": -1, "appliedOffset": 0, "currentVoters": voters, "data_version": 0}
+        _write_file_durably(self._quorum_state_path(), (json.dumps(new_state, separators=(",", ":"))).encode())
+        self._append_leader_change()
+
+    def _append_leader_change(self) -> None:
+        from kbroker.protocol.records import build_batch
+
+        msg = LeaderChangeMessage(version=0, leader_id=self.node_id,
+                                  voters=[LeaderChangeMessage.Voter(voter_id=self.node_id)],
+                                  granting_voters=[LeaderChangeMessage.Voter(voter_id=self.node_id)])
+        now = self._now_ms()
+        batch = build_batch([(_LEADER_CHANGE_KEY, codec.encode(msg, 0), [], now)],
+                            base_offset=self._log.log_end_offset, partition_leader_epoch=self.leader_epoch,
+                            is_control=True)
+        self._log.append_as_leader(batch, self.leader_epoch, now)
+        self._log.flush()
+        if self._image is not None:
+            delta = MetadataDelta(self._image)
+            delta.advance_offset(self._log.log_end_offset - 1)
+            self._image = delta.apply()
+
+    # ---- the write path ----
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def _commit(self, records: Sequence[Any]) -> MetadataImage:
+        """Append ``records`` atomically, flush, replay them into a new image and publish it."""
+        from kbroker.protocol.records import build_batch
+
+        if not records:
+            return self.image
+        if not self._started or self._log is None:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "the metadata controller is not running")
+        records = list(records)
+        values = [encode_metadata_record(r) for r in records]
+        chunks = _chunk(values)
+        if len(chunks) > 1:  # several batches: bracket them so readers apply all or nothing
+            records = [BeginTransactionRecord(name="kbroker"), *records, EndTransactionRecord()]
+            values = [encode_metadata_record(records[0]), *values, encode_metadata_record(records[-1])]
+            chunks = _chunk(values)
+        base = self._log.log_end_offset
+        old = self.image
+        delta = MetadataDelta(old)
+        for i, rec in enumerate(records):
+            delta.replay(rec, base + i)  # raises before anything is written if a record cannot apply
+        new_image = delta.apply()
+        changes = delta.changes()
+        now = self._now_ms()
+        batches = []
+        offset = base
+        for chunk in chunks:
+            batches.append(build_batch([(None, v, [], now) for v in chunk], base_offset=offset,
+                                       partition_leader_epoch=self.leader_epoch))
+            offset += len(chunk)
+        # One append call: the log validates every batch before writing any, then writes them together.
+        self._log.append_as_leader(b"".join(batches), self.leader_epoch, now)
+        self._log.flush()
+        self._log.high_watermark = self._log.log_end_offset  # a quorum of one commits on its own fsync
+        if self._log.log_end_offset != base + len(records):
+            raise MetadataStorageError(f"metadata log end {self._log.log_end_offset} != expected "
+                                       f"{base + len(records)}")
+        self._image = new_image
+        for cb in list(self._listeners):
+            try:
+                cb(old, new_image, changes)
+            except Exception:  # a listener's bug must not undo a committed write
+                log.exception("metadata listener %r failed", cb)
+        return new_image
+
+    # ---- broker registration ----
+    def _security_protocol(self, listener: str) -> int:
+        mapping: dict[str, str] = {}
+        for item in self.config.get_list("listener.security.protocol.map"):
+            name, _, proto = item.partition(":")
+            mapping[name.strip().upper()] = proto.strip().upper()
+        proto = mapping.get(listener.upper(), listener.upper())
+        return _SECURITY_PROTOCOLS.get(proto, 0)
+
+    def _data_dir_ids(self) -> list[bytes]:
+        """Directory ids of the data log directories (``log.dirs``), in configuration order."""
+        wanted = {os.path.abspath(d) for d in self.config.log_dirs}
+        return [dir_id for d, dir_id in self.directory_ids.items() if os.path.abspath(d) in wanted]
+
+    def register_broker(self, endpoints: Sequence[Endpoint] | None = None) -> BrokerRegistration:
+        """(Re-)register this node as a broker and unfence it; returns the registration.
+
+        ``endpoints`` defaults to the configured advertised listeners; the server may call this again once
+        its sockets are bound (e.g. with the real ports of listeners configured with port 0).
+        """
+        with self._lock:
+            if endpoints is None:
+                endpoints = [Endpoint(l.name, l.host, l.port, self._security_protocol(l.name))
+                             for l in self.config.advertised_listeners]
+            rack = self.config.get("broker.rack").strip() or None
+            broker_epoch = self._log.log_end_offset  # Kafka's broker epoch is the registration's offset
+            reg = RegisterBrokerRecord(
+                broker_id=self.node_id,
+                incarnation_id=self.incarnation_id,
+                broker_epoch=broker_epoch,
+                end_points=[RegisterBrokerRecord.BrokerEndpoint(name=e.listener, host=e.host, port=e.port,
+                                                                security_protocol=e.security_protocol)
+                            for e in endpoints],
+                features=[RegisterBrokerRecord.BrokerFeature(name=n, min_supported_version=lo,
+                                                             max_supported_version=hi)
+                          for n, (lo, hi) in SUPPORTED_FEATURES.items()],
+                rack=rack,
+                fenced=True,
+                log_dirs=self._data_dir_ids(),
+                cordoned_log_dirs=[],
+            )
+            unfence = BrokerRegistrationChangeRecord(broker_id=self.node_id, broker_epoch=broker_epoch, fenced=-1)
+            image = self._commit([reg, unfence])
+            return image.brokers[self.node_id]
+
+    # ---- topics ----
+    def _default_dir(self, broker_id: int) -> bytes:
+        reg = self.image.brokers.get(broker_id)
+        if reg is not None and len(reg.log_dirs) == 1:
+            return reg.log_dirs[0]
+        return ZERO_UUID  # unassigned: the broker picks a directory
+
+    def create_topics(self, topics: Sequence[CreateTopicSpec], validate_only: bool = False) -> list[CreateTopicResult]:
+        """Create topics (Kafka's CreateTopics semantics). One result per distinct name, in request order.
+
+        Per topic, in order: duplicate name in the request (INVALID_REQUEST), illegal name
+        (INVALID_TOPIC_EXCEPTION), existing topic (TOPIC_ALREADY_EXISTS), name colliding with another
+        topic over '.'/'_' (INVALID_TOPIC_EXCEPTION), configs (INVALID_CONFIG), manual assignment with
+        counts set (INVALID_REQUEST), assignment problems (INVALID_REPLICA_ASSIGNMENT), partitions
+        (INVALID_PARTITIONS), replication factor (INVALID_REPLICATION_FACTOR). Valid topics of the request
+        are committed together in one batch; with ``validate_only`` nothing is written.
+        """
+        with self._lock:
+            image = self.image
+            counts: dict[str, int] = {}
+            for spec in topics:
+                counts[spec.name] = counts.get(spec.name, 0) + 1
+            results: list[CreateTopicResult] = []
+            records: list[Any] = []
+            seen: set[str] = set()
+            taken = {_collision_key(n): n for n in image.topics_by_name}
+            live = image.live_brokers()
+            for spec in topics:
+                if spec.name in seen:
+                    continue
+                seen.add(spec.name)
+                if counts[spec.name] > 1:
+                    results.append(CreateTopicResult(spec.name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
+                    continue
+                try:
+                    result, topic_records = self._plan_topic(spec, image, taken, live)
+                except KafkaError as exc:
+                    results.append(CreateTopicResult(spec.name, exc.code, exc.message))
+                    continue
+                taken[_collision_key(spec.name)] = spec.name
+                results.append(result)
+                if not validate_only:
+                    records.extend(topic_records)
+                else:
+                    result.topic_id = ZERO_UUID
+            if records:
+                self._commit(records)
+            return results
+
+    def _plan_topic(self, spec: CreateTopicSpec, image: MetadataImage, taken: dict[str, str],
+                    live: list[BrokerRegistration]) -> tuple[CreateTopicResult, list[Any]]:
+        name = spec.name
+        why = validate_topic_name(name)
+        if why:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, why)
+        if name in image.topics_by_name:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        other = taken.get(_collision_key(name))
+        if other is not None:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}")
+        configs = dict(spec.configs or {})
+        validate_topic_configs(configs,
+                               remote_storage_enabled=self.config.get_bool("remote.log.storage.system.enable"))
+        if spec.assignments:
+            if spec.num_partitions != -1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, but "
+                                                            "numPartitions was not set to -1.")
+            if spec.replication_factor != -1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "A manual partition assignment was specified, but "
+                                                            "replicationFactor was not set to -1.")
+            assignment = self._check_manual_assignment(spec.assignments, image)
+        else:
+            num_partitions = spec.num_partitions
+            if num_partitions == -1:
+                num_partitions = self.config.num_partitions
+            elif num_partitions <= 0:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                                 "Number of partitions was set to an invalid non-positive value.")
+            rf = spec.replication_factor
+            if rf == -1:
+                rf = self.config.get_int("default.replication.factor")
+            elif rf <= 0:
+                raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                 "Replication factor must be larger than 0, or -1 to use the default value.")
+            if rf > len(live):
+                raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                                 f"Unable to replicate the partition {rf} time(s): The target replication factor "
+                                 f"of {rf} cannot be reached because only {len(live)} broker(s) are registered.")
+            if num_partitions <= 0:
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Invalid default num.partitions {num_partitions}")
+            ids = [b.node_id for b in live]
+            start = int.from_bytes(os.urandom(2), "big") % len(ids) if len(ids) > 1 else 0
+            assignment = {p: [ids[(start + p + i) % len(ids)] for i in range(rf)] for p in range(num_partitions)}
+        topic_id = random_uuid()
+        while topic_id in image.topics_by_id:
+            topic_id = random_uuid()
+        records: list[Any] = [TopicRecord(name=name, topic_id=topic_id)]
+        unfenced = {b.node_id for b in live}
+        for p, replicas in sorted(assignment.items()):
+            isr = [b for b in replicas if b in unfenced]
+            records.append(PartitionRecord(
+                partition_id=p, topic_id=topic_id, replicas=list(replicas), isr=isr,
+                removing_replicas=[], adding_replicas=[], leader=isr[0], leader_epoch=0, partition_epoch=0,
+                directories=[self._default_dir(b) for b in replicas]))
+        for key, value in sorted(configs.items()):
+            records.append(ConfigRecord(resource_type=TOPIC_RESOURCE, resource_name=name, name=key, value=value))
+        result = CreateTopicResult(name, ErrorCode.NONE, None, topic_id, len(assignment),
+                                   len(next(iter(assignment.values()))), {k: v for k, v in configs.items() if v is not None})
+        return result, records
+
+    def _check_manual_assignment(self, assignments: dict[int, list[int]], image: MetadataImage) -> dict[int, list[int]]:
+        bad = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+        if sorted(assignments) != list(range(len(assignments))):
+            raise KafkaError(bad, "partitions should be a consecutive 0-based integer sequence")
+        first_rf: int | None = None
+        for p, replicas in sorted(assignments.items()):
+            replicas = list(replicas)
+            if not replicas:
+                raise KafkaError(bad, "The manual partition assignment includes an empty replica list.")
+            if len(set(replicas)) != len(replicas):
+                dup = next(b for b in replicas if replicas.count(b) > 1)
+                raise KafkaError(bad, f"The manual partition assignment includes the broker {dup} more than once.")
+            for b in replicas:
+                if b not in image.brokers:
+                    raise KafkaError(bad, f"The manual partition assignment includes broker {b}, but no such "
+                                          "broker is registered.")
+            if first_rf is None:
+                first_rf = len(replicas)
+            elif len(replicas) != first_rf:
+                raise KafkaError(bad, f"The manual partition assignment includes a partition with {len(replicas)} "
+                                      f"replica(s), but this is not consistent with previous partitions, which have "
+                                      f"{first_rf} replica(s).")
+            if all(image.brokers[b].fenced for b in replicas):
+                raise KafkaError(bad, f"All brokers specified in the manual partition assignment for partition {p} "
+                                      "are fenced or in controlled shutdown.")
+        return {p: list(r) for p, r in assignments.items()}
+
+    def create_partitions(self, *args: Any, **kwargs: Any) -> Any:
+        """CreatePartitions (adding partitions to existing topics) is not implemented yet."""
+        raise NotImplementedError("create_partitions is not implemented yet")
+
+    def delete_topics(self, names_or_ids: Sequence[str | bytes]) -> list[DeleteTopicResult]:
+        """Delete topics given by name (str) or topic id (16 bytes). One result per entry, in order.
+
+        Errors: TOPIC_DELETION_DISABLED (``delete.topic.enable=false``), INVALID_REQUEST (the same topic
+        twice, or the zero id), UNKNOWN_TOPIC_OR_PARTITION (unknown name), UNKNOWN_TOPIC_ID (unknown id).
+        Each deleted topic gets a RemoveTopicRecord; replaying it also drops the topic's configs.
+        """
+        with self._lock:
+            image = self.image
+            results: list[DeleteTopicResult] = []
+            records: list[Any] = []
+            counts: dict[str | bytes, int] = {}
+            for item in names_or_ids:
+                counts[item] = counts.get(item, 0) + 1
+            enabled = self.config.get_bool("delete.topic.enable")
+            removed: set[bytes] = set()
+            for item in names_or_ids:
+                if isinstance(item, (bytes, bytearray)):
+                    topic = image.topics_by_id.get(bytes(item))
+                    res = DeleteTopicResult(topic.name if topic else None, bytes(item))
+                    if bytes(item) == ZERO_UUID:
+                        res.error_code, res.error_message = ErrorCode.INVALID_REQUEST, "Invalid topic id."
+                    elif counts[item] > 1:
+                        res.error_code, res.error_message = ErrorCode.INVALID_REQUEST, "Duplicate topic id."
+                    elif topic is None:
+                        res.error_code, res.error_message = ErrorCode.UNKNOWN_TOPIC_ID, None
+                else:
+                    topic = image.topics_by_name.get(item)
+                    res = DeleteTopicResult(item, topic.topic_id if topic else ZERO_UUID)
+                    if counts[item] > 1:
+                        res.error_code, res.error_message = ErrorCode.INVALID_REQUEST, "Duplicate topic name."
+                    elif topic is None:
+                        res.error_code, res.error_message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+                if res.error_code == ErrorCode.NONE and not enabled:
+                    res.error_code = ErrorCode.TOPIC_DELETION_DISABLED
+                    res.error_message = "Topic deletion is disabled."
+                if res.error_code == ErrorCode.NONE and topic is not None:
+                    if topic.topic_id in removed:  # same topic by name and by id
+                        res.error_code, res.error_message = ErrorCode.INVALID_REQUEST, "Duplicate topic."
+                    else:
+                        removed.add(topic.topic_id)
+                        records.append(RemoveTopicRecord(topic_id=topic.topic_id))
+                results.append(res)
+            if records:
+                self._commit(records)
+            return results
+
+    # ---- configs (seams for the operator-tools issue) ----
+    def incremental_alter_configs(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("incremental_alter_configs is not implemented yet")
+
+    def alter_configs(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("alter_configs is not implemented yet")
+
+    # ---- features ----
+    def update_features(self, levels: dict[str, int]) -> MetadataImage:
+        """Set finalized feature levels (0 removes a feature). Raises INVALID_UPDATE_VERSION if unsupported."""
+        with self._lock:
+            for name, level in levels.items():
+                if name == "metadata.version" and level == 0:
+                    raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, "metadata.version cannot be removed")
+                lo, hi = SUPPORTED_FEATURES.get(name, (0, 0))
+                if level != 0 and not lo <= level <= hi:
+                    raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION,
+                                     f"{name} level {level} is outside the supported range [{lo}, {hi}]")
+                if name == "metadata.version" and level < self.image.metadata_version:
+                    raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, "metadata.version cannot be downgraded")
+            return self._commit([FeatureLevelRecord(name=n, feature_level=lvl) for n, lvl in levels.items()])
+
+    # ---- producer ids ----
+    def allocate_producer_ids(self, block_size: int = PRODUCER_ID_BLOCK_SIZE, broker_id: int | None = None,
+                              broker_epoch: int = -1) -> tuple[int, int]:
+        """Reserve the next block of producer ids -> (first id, block size). Durable before it returns."""
+        with self._lock:
+            if block_size <= 0:
+                raise ValueError("block_size must be positive")
+            first = self.image.producer_ids_next
+            if first > _LONG_MAX - block_size:
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "Exhausted all producerIds")
+            if broker_id is None:
+                broker_id = self.node_id
+                reg = self.image.brokers.get(broker_id)
+                broker_epoch = reg.broker_epoch if reg is not None else -1
+            self._commit([ProducerIdsRecord(broker_id=broker_id, broker_epoch=broker_epoch,
+                                            next_producer_id=first + block_size)])
+            return first, block_size
+
+
+def _chunk(values: list[bytes]) -> list[list[bytes]]:
+    chunks: list[list[bytes]] = [[]]
+    size = 0
+    for v in values:
+        if chunks[-1] and (len(chunks[-1]) >= MAX_RECORDS_PER_BATCH or size + len(v) > _MAX_METADATA_BATCH_BYTES // 2):
+            chunks.append([])
+            size = 0
+        chunks[-1].append(v)
+        size += len(v) + 16
+    return chunks
+
+
+def _write_file_durably(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file, fsync and rename (and fsync the directory)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    try:
+        fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
