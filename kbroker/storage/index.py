@@ -68,8 +68,12 @@ class _IndexFile:
     def flush(self) -> None:
         """fsync the index file if anything was written since the last flush."""
         if self._file is not None and self._dirty:
-            os.fsync(self._file.fileno())
             self._dirty = False
+            try:
+                os.fsync(self._file.fileno())
+            except BaseException:
+                self._dirty = True
+                raise
 
     def close(self) -> None:
         if self._file is not None:

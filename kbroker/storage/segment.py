@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import time
 from pathlib import Path
 from typing import BinaryIO, Iterator, NamedTuple
@@ -466,8 +465,12 @@ class LogSegment:
     def flush(self) -> None:
         """fsync the ``.log`` and both indexes."""
         if self._dirty:
-            os.fsync(self.file.fileno())
-            self._dirty = False
+            self._dirty = False  # cleared first: an append racing with a threaded flush re-marks it
+            try:
+                os.fsync(self.file.fileno())
+            except BaseException:
+                self._dirty = True
+                raise
         self.offset_index.flush()
         self.time_index.flush()
 
