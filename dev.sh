@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Set-up and entry points for a fresh clone. Everything it needs is installed on first use:
+#   ./dev.sh broker   start kbroker on the embedded default (localhost:9092, data in ./kbroker-data)
+#   ./dev.sh test     run every test (unit, property, and the real-client compat suite)
+#   ./dev.sh bench    run the benchmarks in bench/
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$PWD
+VENV=$ROOT/.venv
+PY=$VENV/bin/python
+
+need_apt() {  # install Debian packages that are missing (kcat for the compat suite)
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    local sudo=""; [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+setup_python() {  # venv with kbroker (editable) and, for tests, the client libraries
+  local extras=$1
+  local stamp=$VENV/.installed-$extras
+  if [ ! -x "$PY" ]; then python3 -m venv "$VENV"; fi
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    "$PY" -m pip install -q --upgrade pip >/dev/null
+    "$PY" -m pip install -q -e ".[$extras]"
+    touch "$stamp"
+  fi
+}
+
+cmd=${1:-help}
+shift || true
+case "$cmd" in
+  broker)
+    setup_python test
+    exec "$VENV/bin/kbroker" "$@"
+    ;;
+  test)
+    setup_python test
+    command -v kcat >/dev/null || need_apt kcat
+    command -v javac >/dev/null || need_apt openjdk-17-jdk-headless
+    bash scripts/fetch_jars.sh
+    exec "$PY" -m pytest "$@"
+    ;;
+  bench)
+    setup_python test
+    exec "$PY" bench/run.py "$@"
+    ;;
+  *)
+    sed -n '2,6p' "$0"
+    exit 2
+    ;;
+esac

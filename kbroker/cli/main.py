@@ -1,0 +1,113 @@
+"""Command-line entry points.
+
+* ``kbroker`` with no arguments: the embedded default, one combined broker+controller on
+  ``localhost:9092`` with data in ``./kbroker-data`` (formatted on first start).
+* ``kbroker-server-start FILE [--override key=value ...]`` (also ``kbroker server-start FILE``): start from
+  a Kafka-style ``server.properties``.
+
+SIGTERM and SIGINT shut down cleanly: listeners close, logs are flushed, checkpoints and the
+clean-shutdown marker are written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from kbroker.config import BrokerConfig
+
+EMBEDDED_DEFAULTS = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "listeners": "PLAINTEXT://localhost:9092",
+    "advertised.listeners": "PLAINTEXT://localhost:9092",
+    "log.dirs": "./kbroker-data",
+}
+
+
+def _parse_overrides(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--override expects key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _install_loop_policy() -> None:
+    try:
+        import uvloop  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+async def run_broker(config: BrokerConfig) -> None:
+    """Start a broker and run until SIGTERM/SIGINT."""
+    from kbroker.server.broker import Broker
+
+    broker = Broker(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await broker.start()
+    print(f"kbroker started (kbroker node {broker.node_id}) listening on "
+          + ", ".join(f"{k}:{v}" for k, v in broker.bound_ports.items()), file=sys.stderr, flush=True)
+    await stop.wait()
+    await broker.stop()
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO),
+                        format="[%(asctime)s] %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def _start(config: BrokerConfig, log_level: str) -> int:
+    _setup_logging(log_level)
+    _install_loop_policy()
+    try:
+        asyncio.run(run_broker(config))
+    except OSError as exc:
+        print(f"kbroker: cannot start: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def server_start(argv: list[str] | None = None) -> int:
+    """``kbroker-server-start server.properties [--override key=value ...]``."""
+    ap = argparse.ArgumentParser(prog="kbroker-server-start", description="Start kbroker from a server.properties file")
+    ap.add_argument("config", help="path to server.properties")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a property (repeatable)")
+    ap.add_argument("--log-level", default="INFO")
+    args = ap.parse_args(argv)
+    try:
+        config = BrokerConfig.from_file(args.config, _parse_overrides(args.override))
+    except FileNotFoundError:
+        print(f"kbroker-server-start: no such file: {args.config}", file=sys.stderr)
+        return 2
+    return _start(config, args.log_level)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``kbroker`` (embedded default) or ``kbroker server-start FILE``."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "server-start":
+        return server_start(argv[1:])
+    ap = argparse.ArgumentParser(prog="kbroker", description="Run the embedded single-node kbroker "
+                                 "(localhost:9092, data in ./kbroker-data)")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--log-level", default="INFO")
+    args = ap.parse_args(argv)
+    props = dict(EMBEDDED_DEFAULTS)
+    props.update(_parse_overrides(args.override))
+    return _start(BrokerConfig(props), args.log_level)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

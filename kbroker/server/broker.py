@@ -1,0 +1,153 @@
+"""The broker process: metadata (controller), logs, replica manager, listeners and periodic tasks.
+
+Start-up order: the controller formats the data directories on first start and replays
+``__cluster_metadata`` into the metadata image; the log manager loads (and, after an unclean shutdown,
+recovers) every partition log; the replica manager applies the image; then the listeners open.
+Shutdown (SIGTERM/SIGINT) closes the listeners, flushes every log, writes the checkpoints and the
+clean-shutdown marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from kbroker.config import BrokerConfig, Listener
+from kbroker.server.apis import Apis
+from kbroker.server.network import KafkaConnection
+from kbroker.server.replica_manager import ReplicaManager
+
+if TYPE_CHECKING:
+    from kbroker.controller.image import MetadataImage
+
+log = logging.getLogger(__name__)
+
+CONFIG_RESOURCE_TOPIC = 2
+CONFIG_RESOURCE_BROKER = 4
+
+
+class Broker:
+    """A combined broker+controller node (``process.roles=broker,controller``)."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        from kbroker.controller.quorum_controller import QuorumController
+        from kbroker.storage.log_manager import LogManager
+
+        self.config = config
+        self.node_id = config.node_id
+        self.controller = QuorumController(config)
+        self.log_manager = LogManager(config.log_dirs, self.default_log_config())
+        self.replica_manager = ReplicaManager(self)
+        self.apis = Apis(self)
+        self.connections: set[KafkaConnection] = set()
+        self.servers: list[asyncio.AbstractServer] = []
+        self.zero_copy = True
+        self.stats_sendfile_bytes = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+        self.bound_ports: dict[str, int] = {}
+
+    # ---- configuration helpers ----
+    def topic_defaults(self) -> dict[str, str]:
+        """Topic-level config defaults derived from the broker's ``log.*`` keys (Kafka's synonyms)."""
+        from kbroker.storage.config import TOPIC_CONFIG_DEFAULTS, topic_defaults_from_broker
+
+        props = dict(TOPIC_CONFIG_DEFAULTS)
+        props.update(topic_defaults_from_broker(self.config.props))
+        return props
+
+    def default_log_config(self) -> Any:
+        from kbroker.storage.config import LogConfig
+
+        return LogConfig.from_props(self.topic_defaults())
+
+    def topic_configs(self, topic: str, image: MetadataImage | None = None) -> dict[str, str]:
+        """Effective topic configs: broker-derived defaults overlaid with the topic's own ConfigRecords."""
+        image = image or self.controller.image
+        props = self.topic_defaults()
+        props.update(image.configs.get((CONFIG_RESOURCE_TOPIC, topic), {}))
+        return props
+
+    def log_config_for(self, topic: str, image: MetadataImage | None = None) -> Any:
+        from kbroker.storage.config import LogConfig
+
+        return LogConfig.from_props(self.topic_configs(topic, image))
+
+    def topic_config_int(self, topic: str, key: str) -> int:
+        return int(self.topic_configs(topic).get(key, "0"))
+
+    def advertised_listener(self, name: str) -> Listener | None:
+        for lst in self.config.advertised_listeners:
+            if lst.name == name:
+                port = lst.port or self.bound_ports.get(name, 0)
+                return Listener(lst.name, lst.host, port)
+        return None
+
+    # ---- lifecycle ----
+    async def start(self) -> None:
+        self.controller.startup()
+        await asyncio.to_thread(self.log_manager.startup)
+        self.replica_manager.apply_image(self.controller.image)
+        self.controller.add_listener(self.replica_manager.on_metadata_update)
+        loop = asyncio.get_running_loop()
+        controller_names = {n.upper() for n in self.config.get_list("controller.listener.names")}
+        for lst in self.config.listeners:
+            if lst.name in controller_names and "broker" in self.config.process_roles:
+                # a combined node answers the controller listener too (Raft RPCs come with the quorum issue)
+                pass
+            server = await loop.create_server(
+                lambda name=lst.name: KafkaConnection(self, name), host=lst.host or None, port=lst.port,
+                reuse_address=True, backlog=1024)
+            self.servers.append(server)
+            sock = server.sockets[0]
+            self.bound_ports[lst.name] = sock.getsockname()[1]
+        if any(lst.port == 0 for lst in self.config.advertised_listeners):
+            # ephemeral ports are known only now: register the endpoints clients must use
+            from kbroker.controller.image import Endpoint
+
+            self.controller.register_broker([
+                Endpoint(lst.name, lst.host, self.bound_ports.get(lst.name, lst.port), 0)
+                for lst in (self.advertised_listener(x.name) for x in self.config.advertised_listeners) if lst])
+        self._tasks.append(loop.create_task(self._periodic()))
+        ports = ", ".join(f"{k}:{v}" for k, v in self.bound_ports.items())
+        log.info("started (kbroker node %d, cluster %s, listeners %s)", self.node_id,
+                 self.controller.image.cluster_id, ports)
+
+    async def _periodic(self) -> None:
+        """Flush by time, retention, checkpoints and purge of deleted segments."""
+        retention_interval = self.config.get_int("log.retention.check.interval.ms") / 1000
+        checkpoint_interval = self.config.get_int("log.flush.offset.checkpoint.interval.ms") / 1000
+        last_retention = last_checkpoint = time.monotonic()
+        while True:
+            await asyncio.sleep(0.5)
+            now_ms = int(time.time() * 1000)
+            try:
+                self.log_manager.flush_dirty(now_ms)
+                mono = time.monotonic()
+                if mono - last_retention >= retention_interval:
+                    last_retention = mono
+                    self.log_manager.cleanup(now_ms)
+                if mono - last_checkpoint >= checkpoint_interval:
+                    last_checkpoint = mono
+                    await asyncio.to_thread(self.log_manager.checkpoint)
+            except Exception:
+                log.exception("periodic log maintenance failed")
+
+    async def stop(self) -> None:
+        for server in self.servers:
+            server.close()
+        for conn in list(self.connections):
+            conn.close()
+        for task in self._tasks:
+            task.cancel()
+        for server in self.servers:
+            try:
+                await asyncio.wait_for(server.wait_closed(), 2)
+            except (asyncio.TimeoutError, Exception):
+                pass
+        self.log_manager.shutdown()
+        self.controller.shutdown()
+        self._stopped.set()
+        log.info("stopped (kbroker node %d)", self.node_id)

@@ -1,0 +1,54 @@
+"""Helpers shared by several handlers (topic name rules, endpoints, auto-creation)."""
+
+from __future__ import annotations
+
+import re
+
+from kbroker.protocol.errors import ErrorCode
+
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+MAX_TOPIC_NAME_LENGTH = 249
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+
+
+def valid_topic_name(name: str) -> bool:
+    """Kafka's topic name rule: 1-249 chars of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``."""
+    return (0 < len(name) <= MAX_TOPIC_NAME_LENGTH and name not in (".", "..")
+            and _LEGAL_TOPIC.fullmatch(name) is not None)
+
+
+def is_internal_topic(name: str) -> bool:
+    return name in INTERNAL_TOPICS
+
+
+def broker_endpoints(ctx) -> list[tuple[int, str, int, str | None]]:
+    """(node id, host, port, rack) of every unfenced broker on the listener the request came in on."""
+    image = ctx.broker.controller.image
+    out = []
+    for reg in sorted(image.brokers.values(), key=lambda b: b.node_id):
+        if reg.fenced:
+            continue
+        if reg.node_id == ctx.broker.node_id:
+            lst = ctx.broker.advertised_listener(ctx.listener_name)
+            if lst is not None:
+                out.append((reg.node_id, lst.host, lst.port, reg.rack))
+                continue
+        for ep in reg.endpoints:
+            if ep.listener == ctx.listener_name:
+                out.append((reg.node_id, ep.host, ep.port, reg.rack))
+                break
+    return out
+
+
+def auto_create_topics(ctx, names: list[str]) -> None:
+    """Create ``names`` with the broker defaults (``num.partitions``, ``default.replication.factor``)."""
+    from kbroker.controller.quorum_controller import CreateTopicSpec
+
+    specs = [CreateTopicSpec(name=n, num_partitions=-1, replication_factor=-1, assignments=None, configs={})
+             for n in names if valid_topic_name(n) and not is_internal_topic(n)]
+    if specs:
+        ctx.broker.controller.create_topics(specs, validate_only=False)
+
+
+def error_message(code: int) -> str | None:
+    return None if code == ErrorCode.NONE else ErrorCode(code).name

@@ -1,0 +1,57 @@
+"""CreateTopics (API key 19), versions 2-7.
+
+Behavior: each topic goes to the quorum controller, which validates it as Kafka does
+(INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR,
+INVALID_CONFIG, INVALID_REPLICA_ASSIGNMENT) and writes TopicRecord, PartitionRecords and ConfigRecords
+to the metadata log; ``validate_only`` checks without writing. A name listed twice in one request gets
+INVALID_REQUEST for every occurrence.
+Version notes: v5 returns partitions, replication factor and configs; v7 the topic id.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.errors import ErrorCode
+from kbroker.protocol.messages import CreateTopicsRequest, CreateTopicsResponse as R
+
+API_KEY = ApiKey.CREATE_TOPICS
+VERSIONS = range(2, 8)
+
+
+async def handle(ctx, request: CreateTopicsRequest) -> R:
+    from kbroker.controller.quorum_controller import CreateTopicSpec
+    from kbroker.server.handlers.describe_configs import _topic_entries
+
+    counts = Counter(t.name for t in request.topics)
+    specs = []
+    for t in request.topics:
+        if counts[t.name] > 1:
+            continue
+        specs.append(CreateTopicSpec(
+            name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
+            assignments={a.partition_index: list(a.broker_ids) for a in t.assignments} or None,
+            configs={c.name: c.value for c in t.configs if c.value is not None}))
+    results = {r.name: r for r in ctx.broker.controller.create_topics(specs, validate_only=request.validate_only)}
+    resp = R()
+    for t in request.topics:
+        if counts[t.name] > 1:
+            resp.topics.append(R.CreatableTopicResult(name=t.name, error_code=ErrorCode.INVALID_REQUEST,
+                                                      error_message=f"Duplicate topic name {t.name} in request",
+                                                      num_partitions=-1, replication_factor=-1))
+            continue
+        r = results[t.name]
+        out = R.CreatableTopicResult(name=t.name, topic_id=r.topic_id or bytes(16), error_code=r.error_code,
+                                     error_message=r.error_message, num_partitions=r.num_partitions,
+                                     replication_factor=r.replication_factor)
+        if r.error_code == ErrorCode.NONE:
+            if not request.validate_only:
+                out.configs = [R.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
+                                                       config_source=e.config_source, is_sensitive=e.is_sensitive)
+                               for e in _topic_entries(ctx, t.name, None, False)]
+        else:
+            out.num_partitions = out.replication_factor = -1
+            out.configs = None
+        resp.topics.append(out)
+    return resp

@@ -1,0 +1,50 @@
+"""DeleteTopics (API key 20), versions 1-6.
+
+Behavior: each named topic (or, v6+, topic id) is removed through the quorum controller (a
+RemoveTopicRecord); the partition logs are then deleted. Unknown names get UNKNOWN_TOPIC_OR_PARTITION,
+unknown ids UNKNOWN_TOPIC_ID; internal topics cannot be deleted (INVALID_TOPIC_EXCEPTION);
+``delete.topic.enable=false`` gives TOPIC_DELETION_DISABLED.
+Version notes: v5 error messages; v6 topics by name or id.
+"""
+
+from __future__ import annotations
+
+from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.errors import ErrorCode
+from kbroker.protocol.messages import DeleteTopicsRequest, DeleteTopicsResponse as R
+from kbroker.protocol.schema import ZERO_UUID
+from kbroker.server.handlers import common
+
+API_KEY = ApiKey.DELETE_TOPICS
+VERSIONS = range(1, 7)
+
+
+async def handle(ctx, request: DeleteTopicsRequest) -> R:
+    broker = ctx.broker
+    if ctx.api_version >= 6:
+        wanted = [(t.name, t.topic_id if t.topic_id != ZERO_UUID else None) for t in request.topics]
+    else:
+        wanted = [(n, None) for n in request.topic_names]
+    resp = R()
+    image = broker.controller.image
+    to_delete = []
+    for name, topic_id in wanted:
+        out = R.DeletableTopicResult(name=name, topic_id=topic_id or ZERO_UUID)
+        resp.responses.append(out)
+        topic = image.topics_by_id.get(topic_id) if topic_id is not None else image.topics_by_name.get(name)
+        if not broker.config.get_bool("delete.topic.enable"):
+            out.error_code = ErrorCode.TOPIC_DELETION_DISABLED
+        elif topic is None:
+            out.error_code = ErrorCode.UNKNOWN_TOPIC_ID if topic_id is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        elif common.is_internal_topic(topic.name):
+            out.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+            out.error_message = f"Internal topic {topic.name} cannot be deleted"
+        else:
+            out.name, out.topic_id = topic.name, topic.topic_id
+            if topic.topic_id not in to_delete:
+                to_delete.append(topic.topic_id)
+        if out.error_code and ctx.api_version >= 5 and out.error_message is None:
+            out.error_message = common.error_message(out.error_code)
+    if to_delete:
+        broker.controller.delete_topics(to_delete)
+    return resp

@@ -1,0 +1,99 @@
+"""Fetch (API key 1), versions 4-18.
+
+Behavior:
+* consumers read up to the high watermark (read_uncommitted) or the last stable offset (read_committed);
+  only whole batches are returned, straight from the segment files (zero-copy ``FileRegion`` chunks);
+* the first batch of the first non-empty partition is returned even above ``max_bytes`` /
+  ``partition_max_bytes`` so consumers make progress (KIP-74);
+* long polling: below ``min_bytes`` the request waits up to ``max_wait_ms`` and is woken as soon as a
+  high watermark moves on one of its partitions;
+* the response holds exactly the requested partitions; partitions without data or with an error carry an
+  empty, non-null ``Records`` (librdkafka breaks on null, KAFKA-18646);
+* fetch sessions (KIP-227) are not kept: ``SessionId`` 0 makes clients send full requests; an incremental
+  request naming a session gets FETCH_SESSION_ID_NOT_FOUND.
+Version notes:
+* v9: CurrentLeaderEpoch checks (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH); v13+: topic ids
+  (UNKNOWN_TOPIC_ID); v15: ReplicaState; v18: HighWatermark tag (used by replication later).
+"""
+
+from __future__ import annotations
+
+import time
+
+from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.errors import ErrorCode, KafkaError
+from kbroker.protocol.messages import FetchRequest, FetchResponse
+
+API_KEY = ApiKey.FETCH
+VERSIONS = range(4, 19)
+
+READ_COMMITTED = 1
+
+
+async def handle(ctx, request: FetchRequest) -> FetchResponse:
+    broker = ctx.broker
+    version = ctx.api_version
+    if request.session_id != 0 or request.session_epoch > 0:
+        return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
+    deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
+    while True:
+        resp, total, parts = _read_all(ctx, request, version)
+        remaining = deadline - time.monotonic()
+        if total >= request.min_bytes or remaining <= 0 or not parts or total < 0:
+            return resp
+        await broker.replica_manager.wait_for_data(parts, remaining)
+        if time.monotonic() >= deadline:
+            return _read_all(ctx, request, version)[0]
+
+
+def _read_all(ctx, request: FetchRequest, version: int):
+    """Read every requested partition once -> (response, bytes read or -1 on errors, partitions)."""
+    broker = ctx.broker
+    image = broker.controller.image
+    rm = broker.replica_manager
+    resp = FetchResponse(session_id=0)
+    budget = request.max_bytes if version >= 3 else 2**31 - 1
+    total = 0
+    had_error = False
+    parts = []
+    read_committed = request.isolation_level == READ_COMMITTED
+    for ft in request.topics:
+        if version >= 13:
+            topic = image.topics_by_id.get(ft.topic_id)
+            topic_error = ErrorCode.UNKNOWN_TOPIC_ID if topic is None else ErrorCode.NONE
+        else:
+            topic = image.topics_by_name.get(ft.topic)
+            topic_error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if topic is None else ErrorCode.NONE
+        out_topic = FetchResponse.FetchableTopicResponse(topic=ft.topic, topic_id=ft.topic_id)
+        resp.responses.append(out_topic)
+        for fp in ft.partitions:
+            pd = FetchResponse.PartitionData(partition_index=fp.partition, high_watermark=-1,
+                                             last_stable_offset=-1, log_start_offset=-1,
+                                             preferred_read_replica=-1, records=b"",
+                                             aborted_transactions=[] if read_committed else None)
+            out_topic.partitions.append(pd)
+            try:
+                if topic_error:
+                    raise KafkaError(topic_error)
+                part = rm.get_leader_partition(topic.name, fp.partition)
+                part.check_leader_epoch(fp.current_leader_epoch)
+                parts.append(part)
+                pd.high_watermark = part.high_watermark
+                pd.last_stable_offset = part.last_stable_offset
+                pd.log_start_offset = part.log_start_offset
+                upper = part.last_stable_offset if read_committed else part.high_watermark
+                max_bytes = min(fp.partition_max_bytes, budget)
+                if max_bytes <= 0 and total > 0:
+                    continue
+                info = part.log.read(fp.fetch_offset, max(max_bytes, 0), upper, min_one_message=(total == 0))
+                if info.size:
+                    pd.records = info.regions
+                    total += info.size
+                    budget -= info.size
+            except KafkaError as exc:
+                pd.error_code = exc.code
+                had_error = True
+            except OSError:
+                pd.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                had_error = True
+    return resp, (-1 if had_error and total == 0 else total), parts

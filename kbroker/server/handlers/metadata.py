@@ -1,0 +1,78 @@
+"""Metadata (API key 3), versions 0-13.
+
+Behavior:
+* brokers: this listener's advertised endpoint of every registered, unfenced broker; ``ControllerId`` is
+  this node (a combined broker+controller, so the Admin client can route controller requests here);
+* topics: all (null list, or an empty list before v1) or the requested names/ids; unknown names are
+  created when the request allows it (v4+, implicitly before) and ``auto.create.topics.enable`` is true,
+  with ``num.partitions`` partitions; invalid names get INVALID_TOPIC_EXCEPTION;
+* leader epochs (v7+) and topic ids (v10+) come from the metadata image.
+Version notes:
+* v10-11 may carry topic ids in the request but must not use them; v12+ may look up topics by id;
+  v13 adds a top-level ErrorCode.
+"""
+
+from __future__ import annotations
+
+from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.errors import ErrorCode
+from kbroker.protocol.messages import MetadataRequest, MetadataResponse
+from kbroker.protocol.schema import ZERO_UUID
+from kbroker.server.handlers import common
+
+API_KEY = ApiKey.METADATA
+VERSIONS = range(0, 14)
+
+AUTHORIZED_OPERATIONS_NOT_REQUESTED = -2147483648
+
+
+async def handle(ctx, request: MetadataRequest) -> MetadataResponse:
+    broker = ctx.broker
+    version = ctx.api_version
+    image = broker.controller.image
+    resp = MetadataResponse(cluster_id=image.cluster_id, controller_id=broker.node_id,
+                            cluster_authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED)
+    resp.brokers = [MetadataResponse.MetadataResponseBroker(node_id=n, host=h, port=p, rack=r)
+                    for n, h, p, r in common.broker_endpoints(ctx)]
+    all_topics = request.topics is None or (version == 0 and not request.topics)
+    if all_topics:
+        wanted = [(t.name, None) for t in sorted(image.topics_by_name.values(), key=lambda t: t.name)]
+    else:
+        wanted = [(t.name, t.topic_id if version >= 12 else None) for t in request.topics]
+    allow_auto = request.allow_auto_topic_creation if version >= 4 else True
+    if not all_topics and allow_auto and broker.config.auto_create_topics_enable:
+        missing = [name for name, tid in wanted
+                   if name is not None and (tid is None or tid == ZERO_UUID) and name not in image.topics_by_name]
+        if missing:
+            common.auto_create_topics(ctx, missing)
+            image = broker.controller.image
+    for name, topic_id in wanted:
+        resp.topics.append(describe_topic(ctx, image, name, topic_id))
+    return resp
+
+
+def describe_topic(ctx, image, name: str | None, topic_id: bytes | None) -> MetadataResponse.MetadataResponseTopic:
+    out = MetadataResponse.MetadataResponseTopic(name=name, topic_authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED)
+    if topic_id is not None and topic_id != ZERO_UUID:
+        topic = image.topics_by_id.get(topic_id)
+        if topic is None:
+            out.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+            out.topic_id = topic_id
+            return out
+    else:
+        topic = image.topics_by_name.get(name) if name is not None else None
+        if topic is None:
+            if name is not None and not common.valid_topic_name(name):
+                out.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+            else:
+                out.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            return out
+    out.name = topic.name
+    out.topic_id = topic.topic_id
+    out.is_internal = common.is_internal_topic(topic.name)
+    for p in sorted(topic.partitions.values(), key=lambda p: p.partition_id):
+        out.partitions.append(MetadataResponse.MetadataResponsePartition(
+            error_code=ErrorCode.NONE if p.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+            partition_index=p.partition_id, leader_id=p.leader, leader_epoch=p.leader_epoch,
+            replica_nodes=list(p.replicas), isr_nodes=list(p.isr), offline_replicas=[]))
+    return out

@@ -1,0 +1,101 @@
+"""Produce (API key 0), versions 3-13 (0-13 advertised, as Kafka 4.x does for librdkafka: KAFKA-18659).
+
+Behavior:
+* acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS); acks=0 writes no response;
+* each partition must carry exactly one magic-2 batch (INVALID_RECORD otherwise), checked from its 61-byte
+  header and CRC-32C without decompressing (CORRUPT_MESSAGE on a bad CRC, wrong magic or bad lengths);
+  zstd needs v7+ (UNSUPPORTED_COMPRESSION_TYPE); a batch above ``max.message.bytes`` is MESSAGE_TOO_LARGE;
+* the batch is stored as sent; only its base offset and partition leader epoch are rewritten;
+* acks=-1 answers once the high watermark passes the batch; with one node that is right after the append.
+Version notes:
+* v8: record errors and error message; v10: CurrentLeader tag on leader errors; v13: topic ids.
+Skipped here (later issues): sequence checks for idempotent producers, transactional batches.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.errors import CorruptRecordError, ErrorCode, KafkaError
+from kbroker.protocol.messages import ProduceRequest, ProduceResponse
+from kbroker.protocol.records import RecordBatch, split_batches_strict
+
+log = logging.getLogger(__name__)
+
+API_KEY = ApiKey.PRODUCE
+VERSIONS = range(3, 14)
+ADVERTISED = range(0, 14)
+
+COMPRESSION_ZSTD = 4
+
+
+def validate_batches(records, api_version: int, max_message_bytes: int) -> memoryview:
+    """Check the producer's data: exactly one valid magic-2 batch. Returns it as a memoryview."""
+    if records is None or len(records) == 0:
+        raise KafkaError(ErrorCode.INVALID_RECORD, "no record batch")
+    batches = split_batches_strict(records)
+    if len(batches) != 1:
+        raise KafkaError(ErrorCode.INVALID_RECORD, "produce requests must carry exactly one record batch")
+    batch: RecordBatch = batches[0]
+    batch.validate()
+    if batch.compression == COMPRESSION_ZSTD and api_version < 7:
+        raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
+    if batch.compression > COMPRESSION_ZSTD:
+        raise CorruptRecordError("unknown compression codec")
+    if batch.records_count <= 0 or batch.last_offset_delta != batch.records_count - 1:
+        raise KafkaError(ErrorCode.INVALID_RECORD, "record count does not match the last offset delta")
+    if batch.is_control:
+        raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
+    if batch.size > max_message_bytes:
+        raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE)
+    return memoryview(records)
+
+
+async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
+    broker = ctx.broker
+    version = ctx.api_version
+    rm = broker.replica_manager
+    image = broker.controller.image
+    acks = request.acks
+    resp = ProduceResponse()
+    for topic_data in request.topic_data:
+        out_topic = ProduceResponse.TopicProduceResponse(name=topic_data.name, topic_id=topic_data.topic_id)
+        resp.responses.append(out_topic)
+        if version >= 13:
+            topic = image.topics_by_id.get(topic_data.topic_id)
+            topic_error = ErrorCode.UNKNOWN_TOPIC_ID if topic is None else ErrorCode.NONE
+        else:
+            topic = image.topics_by_name.get(topic_data.name)
+            topic_error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if topic is None else ErrorCode.NONE
+        for pdata in topic_data.partition_data:
+            pr = ProduceResponse.PartitionProduceResponse(index=pdata.index, base_offset=-1,
+                                                          log_append_time_ms=-1, log_start_offset=-1)
+            out_topic.partition_responses.append(pr)
+            try:
+                if acks not in (-1, 0, 1):
+                    raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
+                if topic_error:
+                    raise KafkaError(topic_error)
+                if request.transactional_id is not None:
+                    raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                     "transactions are not supported yet")
+                part = rm.get_leader_partition(topic.name, pdata.index)
+                max_bytes = broker.topic_config_int(topic.name, "max.message.bytes")
+                records = validate_batches(pdata.records, version, max_bytes)
+                info = rm.append_records(part, records, acks)
+                pr.base_offset = info.first_offset
+                pr.log_append_time_ms = info.log_append_time
+                pr.log_start_offset = part.log_start_offset
+            except KafkaError as exc:
+                pr.error_code = exc.code
+                if version >= 8 and exc.message:
+                    pr.error_message = exc.message
+                if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= 10:
+                    pr.current_leader = ProduceResponse.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)
+            except OSError as exc:
+                log.error("append to %s-%d failed: %s", topic_data.name, pdata.index, exc)
+                pr.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+    if acks == 0:
+        return None
+    return resp

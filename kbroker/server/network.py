@@ -1,0 +1,188 @@
+"""Connections: frames in, responses out, in request order (protocol guide §1.1).
+
+``KafkaConnection`` is an ``asyncio.Protocol``. ``data_received`` feeds a :class:`FrameDecoder`; complete
+frames go to a per-connection queue that one task drains, so requests on a connection are handled one at
+a time and responses are written in request order, as the Apache broker does. Reading pauses while more
+than ``MAX_QUEUED_FRAMES`` frames wait (back-pressure), and writing awaits ``drain`` when the transport's
+buffer is above its high-water mark.
+
+Record data in Fetch responses arrives as :class:`~kbroker.protocol.send.FileRegion` chunks. They are sent
+with ``os.sendfile`` straight from the segment file when the transport has nothing buffered (zero-copy on
+plain TCP); whatever the socket does not take at once is read with ``os.pread`` and written normally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import socket
+import struct
+from typing import TYPE_CHECKING, Any
+
+from kbroker.protocol.framing import FrameDecoder, FrameError
+from kbroker.protocol.send import FileRegion
+
+if TYPE_CHECKING:
+    from kbroker.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+MAX_QUEUED_FRAMES = 16
+_SIZE = struct.Struct(">i")
+
+
+class CloseConnection(Exception):
+    """Raised by request processing when Kafka would close the connection (no response is sent)."""
+
+
+class KafkaConnection(asyncio.Protocol):
+    """One client connection on a listener."""
+
+    def __init__(self, broker: Broker, listener_name: str) -> None:
+        self.broker = broker
+        self.listener_name = listener_name
+        self.transport: asyncio.Transport | None = None
+        self.decoder = FrameDecoder(broker.config.socket_request_max_bytes)
+        self.frames: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.peer: tuple[Any, ...] | None = None
+        self.client_software: tuple[str, str] | None = None
+        self._paused_reading = False
+        self._can_write = asyncio.Event()
+        self._can_write.set()
+        self._closed = False
+        self._task: asyncio.Task[None] | None = None
+
+    # ---- asyncio.Protocol ----
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        transport.set_write_buffer_limits(high=4 << 20)
+        self.broker.connections.add(self)
+        self._task = asyncio.get_running_loop().create_task(self._process())
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        self.decoder.feed(data)
+        try:
+            while True:
+                frame = self.decoder.next_frame()
+                if frame is None:
+                    break
+                self.frames.put_nowait(frame)
+        except FrameError as exc:
+            log.info("closing connection from %s: %s", self.peer, exc)
+            self.close()
+            return
+        if self.frames.qsize() >= MAX_QUEUED_FRAMES and not self._paused_reading and self.transport:
+            self._paused_reading = True
+            self.transport.pause_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._can_write.set()
+        self.broker.connections.discard(self)
+        self.frames.put_nowait(None)
+
+    def pause_writing(self) -> None:
+        self._can_write.clear()
+
+    def resume_writing(self) -> None:
+        self._can_write.set()
+
+    # ---- processing ----
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            if self.transport is not None:
+                self.transport.close()
+            self.frames.put_nowait(None)
+
+    async def _process(self) -> None:
+        try:
+            while True:
+                frame = await self.frames.get()
+                if frame is None or self._closed:
+                    return
+                if self._paused_reading and self.frames.qsize() < MAX_QUEUED_FRAMES // 2 and self.transport:
+                    self._paused_reading = False
+                    self.transport.resume_reading()
+                try:
+                    chunks = await self.broker.apis.handle_frame(self, frame)
+                except CloseConnection as exc:
+                    log.info("closing connection from %s: %s", self.peer, exc)
+                    self.close()
+                    return
+                if chunks is not None:
+                    await self._write_response(chunks)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # never let one connection's bug take the broker down
+            log.exception("error processing request from %s", self.peer)
+            self.close()
+
+    async def _write_response(self, chunks: list[Any]) -> None:
+        transport = self.transport
+        if transport is None or self._closed:
+            return
+        size = sum(len(c) for c in chunks)
+        transport.write(_SIZE.pack(size))
+        for chunk in chunks:
+            if isinstance(chunk, FileRegion):
+                await self._send_region(chunk)
+                if self._closed:
+                    return
+            else:
+                transport.write(chunk)
+        if not self._can_write.is_set():
+            await self._can_write.wait()
+
+    async def _send_region(self, region: FileRegion) -> None:
+        """Send a file region: ``os.sendfile`` when nothing is buffered, the rest by pread + write."""
+        transport = self.transport
+        assert transport is not None
+        pos, left = region.position, region.size
+        if left == 0:
+            return
+        if transport.get_write_buffer_size() == 0 and self.broker.zero_copy:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                try:
+                    fd = sock.fileno()
+                    while left > 0:
+                        sent = os.sendfile(fd, region.file.fileno(), pos, left)
+                        if sent == 0:
+                            break
+                        pos += sent
+                        left -= sent
+                        self.broker.stats_sendfile_bytes += sent
+                except BlockingIOError:
+                    pass
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINVAL, errno.ENOSYS):
+                        self.close()
+                        return
+        fd = region.file.fileno()
+        while left > 0:
+            n = min(left, 1 << 20)
+            data = os.pread(fd, n, pos)
+            if not data:
+                # the file shrank under us: the response can no longer be completed correctly
+                log.error("segment file shorter than the region being sent; closing %s", self.peer)
+                self.close()
+                return
+            transport.write(data)
+            pos += len(data)
+            left -= len(data)
+            if not self._can_write.is_set():
+                await self._can_write.wait()
+                if self._closed:
+                    return

@@ -1,0 +1,191 @@
+"""Partitions hosted by this broker: appends, reads, the high watermark and delayed fetches.
+
+``Partition`` holds the replication state that the metadata image assigns (leader, leader epoch, replicas,
+ISR) next to the :class:`~kbroker.storage.log.PartitionLog`. The high watermark rule is written where it is
+applied, in :meth:`Partition.maybe_increment_high_watermark`: it is the smallest log end offset among the
+in-sync replicas, and only moves forward. With one node the ISR is just this broker, so it follows the log
+end offset (= last offset + 1) right after each append.
+
+Delayed fetches (long polling) wait on :attr:`Partition.waiters`; every high watermark change wakes them.
+All state belongs to the event loop; nothing here awaits while changing state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from kbroker.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kbroker.controller.image import MetadataImage
+    from kbroker.server.broker import Broker
+    from kbroker.storage.log import PartitionLog
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Partition:
+    """One partition replica on this broker."""
+
+    topic: str
+    partition_index: int
+    topic_id: bytes
+    log: PartitionLog
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    waiters: set[asyncio.Future[None]] = field(default_factory=set)
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """No transactions yet: every offset below the high watermark is stable."""
+        return self.log.high_watermark
+
+    def check_leader_epoch(self, current_leader_epoch: int) -> None:
+        """FENCED_LEADER_EPOCH if the client's epoch is older, UNKNOWN_LEADER_EPOCH if newer; -1 skips."""
+        if current_leader_epoch == -1:
+            return
+        if current_leader_epoch < self.leader_epoch:
+            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
+        if current_leader_epoch > self.leader_epoch:
+            raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
+
+    def maybe_increment_high_watermark(self, follower_log_end_offsets: dict[int, int] | None = None) -> bool:
+        """Advance the high watermark to the smallest log end offset in the ISR; True if it moved.
+
+        ``follower_log_end_offsets`` maps follower node id -> its last fetched log end offset (replication
+        will supply it; a single node has no followers).
+        """
+        leos = [self.log.log_end_offset]
+        for node in self.isr:
+            if node != self.leader:
+                leos.append((follower_log_end_offsets or {}).get(node, self.log.high_watermark))
+        new_hw = min(leos)
+        if new_hw > self.log.high_watermark:
+            self.log.high_watermark = new_hw
+            self.wake_waiters()
+            return True
+        return False
+
+    def wake_waiters(self) -> None:
+        for fut in self.waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self.waiters.clear()
+
+
+class ReplicaManager:
+    """Owns every :class:`Partition` on this broker and applies metadata changes to them."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.partitions: dict[tuple[str, int], Partition] = {}
+
+    # ---- metadata ----
+    def apply_image(self, image: MetadataImage) -> None:
+        """Create logs for partitions this node leads or replicates and drop those of removed topics."""
+        node_id = self.broker.node_id
+        wanted: set[tuple[str, int]] = set()
+        for topic in image.topics_by_name.values():
+            for p in topic.partitions.values():
+                if node_id not in p.replicas:
+                    continue
+                key = (topic.name, p.partition_id)
+                wanted.add(key)
+                part = self.partitions.get(key)
+                if part is not None and part.topic_id != topic.topic_id:
+                    # deleted and re-created under the same name: new topic id, new log
+                    self._remove(key)
+                    part = None
+                if part is None:
+                    plog = self.broker.log_manager.get_or_create_log(
+                        topic.name, p.partition_id, topic.topic_id, self.broker.log_config_for(topic.name, image))
+                    part = Partition(topic.name, p.partition_id, topic.topic_id, plog, p.leader, p.leader_epoch,
+                                     p.partition_epoch, list(p.replicas), list(p.isr))
+                    self.partitions[key] = part
+                    if p.leader == node_id:
+                        plog.leader_epoch_cache.assign(p.leader_epoch, plog.log_end_offset)
+                else:
+                    became_leader_epoch = p.leader_epoch != part.leader_epoch
+                    part.leader, part.leader_epoch = p.leader, p.leader_epoch
+                    part.partition_epoch, part.replicas, part.isr = p.partition_epoch, list(p.replicas), list(p.isr)
+                    if became_leader_epoch and p.leader == node_id:
+                        part.log.leader_epoch_cache.assign(p.leader_epoch, part.log.log_end_offset)
+                if part.leader == node_id:
+                    part.maybe_increment_high_watermark()
+        for key in list(self.partitions):
+            if key not in wanted:
+                self._remove(key)
+
+    def on_metadata_update(self, old: MetadataImage | None, new: MetadataImage, *_: object) -> None:
+        self.apply_image(new)
+
+    def _remove(self, key: tuple[str, int]) -> None:
+        part = self.partitions.pop(key)
+        part.wake_waiters()
+        self.broker.log_manager.delete_log(key[0], key[1])
+
+    # ---- lookups ----
+    def get_partition(self, topic: str, partition: int) -> Partition:
+        """The partition, or KafkaError UNKNOWN_TOPIC_OR_PARTITION / NOT_LEADER_OR_FOLLOWER."""
+        part = self.partitions.get((topic, partition))
+        if part is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        return part
+
+    def get_leader_partition(self, topic: str, partition: int) -> Partition:
+        part = self.get_partition(topic, partition)
+        if part.leader != self.broker.node_id:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return part
+
+    # ---- append ----
+    def append_records(self, part: Partition, records: memoryview, required_acks: int) -> object:
+        """Append validated batches as leader and advance the high watermark. Returns the AppendInfo.
+
+        ``min.insync.replicas`` is checked for acks=-1 (NOT_ENOUGH_REPLICAS), as Kafka does before
+        appending.
+        """
+        if required_acks == -1:
+            min_isr = self.broker.topic_config_int(part.topic, "min.insync.replicas")
+            if len(part.isr) < min_isr:
+                raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS)
+        info = part.log.append_as_leader(records, part.leader_epoch, int(time.time() * 1000))
+        part.maybe_increment_high_watermark()
+        return info
+
+    # ---- delayed fetch ----
+    async def wait_for_data(self, parts: list[Partition], timeout_s: float) -> None:
+        """Wait until any of ``parts`` changes its high watermark, or ``timeout_s`` passes."""
+        if timeout_s <= 0 or not parts:
+            return
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        for p in parts:
+            p.waiters.add(fut)
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            for p in parts:
+                p.waiters.discard(fut)
