@@ -1,7 +1,8 @@
 """Produce (API key 0), versions 3-13 (0-13 advertised, as Kafka 4.x does for librdkafka: KAFKA-18659).
 
 Behavior:
-* acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS); acks=0 writes no response;
+* acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS); acks=0 writes no response, and closes the
+  connection instead when a partition failed, as Kafka does;
 * each partition must carry exactly one magic-2 batch (INVALID_RECORD otherwise), checked from its 61-byte
   header and CRC-32C without decompressing (CORRUPT_MESSAGE on a bad CRC, wrong magic or bad lengths);
   zstd needs v7+ (UNSUPPORTED_COMPRESSION_TYPE); a batch above ``max.message.bytes`` is MESSAGE_TOO_LARGE;
@@ -20,6 +21,7 @@ from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import CorruptRecordError, ErrorCode, KafkaError
 from kbroker.protocol.messages import ProduceRequest, ProduceResponse
 from kbroker.protocol.records import RecordBatch, split_batches_strict
+from kbroker.server.network import CloseConnection
 
 log = logging.getLogger(__name__)
 
@@ -97,5 +99,9 @@ async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
                 log.error("append to %s-%d failed: %s", topic_data.name, pdata.index, exc)
                 pr.error_code = ErrorCode.KAFKA_STORAGE_ERROR
     if acks == 0:
+        # No response is due; like the Apache broker, close the connection when a partition failed so the
+        # producer notices (it reconnects and refreshes metadata).
+        if any(pr.error_code for t in resp.responses for pr in t.partition_responses):
+            raise CloseConnection("acks=0 produce failed")
         return None
     return resp
