@@ -11,7 +11,7 @@
 //   produce       --bootstrap B --topic T --count N [--acks all|1|0|-1] [--compression none|gzip|snappy|lz4|zstd]
 //                 [--idempotence true|false] [--linger-ms 5] [--batch-size 16384] [--partitions P]
 //                 [--base-ts MS] [--ts-step 1] [--tag S] [--binary true|false] [--nulls true|false]
-//                 [--start-index 0] [--sync false] [--delay-ms 0] [--prop k=v ...]
+//                 [--start-index 0] [--sync false] [--delay-ms 0] [--pad 0] [--prop k=v ...]
 //       Sends records whose content is a pure function of their index (see RecordSpec below and
 //       compat_tests/records.py, which must agree). Prints {"event":"ack",...} per record as acks
 //       arrive, then {"event":"done",...}. Exit 0 iff every record was acknowledged.
@@ -26,6 +26,8 @@
 //       create-topic --topic T [--partitions 1] [--replication-factor 1] [--config k=v ...]
 //       describe-topic --topic T | list-topics | delete-topic --topic T | describe-cluster
 //       describe-configs (--topic T | --broker ID)
+//   spec          --count N [--start-index 0] plus produce's content options: prints the records produce
+//                 would send ({"event":"spec",...}), no broker; lets Python check RecordSpec parity.
 //   selftest      compresses and decompresses with every codec through the client's own codec
 //                 classes (checks the lz4/snappy/zstd jars and their native parts load). No broker.
 //
@@ -118,7 +120,7 @@ public final class KafkaDriver {
     }
 
     static int run(String[] argv) throws Exception {
-        if (argv.length == 0) throw new UsageException("missing command: produce|consume|list-offsets|admin|selftest");
+        if (argv.length == 0) throw new UsageException("missing command: produce|consume|list-offsets|admin|spec|selftest");
         String cmd = argv[0];
         switch (cmd) {
             case "produce":
@@ -132,6 +134,8 @@ public final class KafkaDriver {
                 return admin(argv[1], Args.parse(argv, 2));
             case "selftest":
                 return selftest(Args.parse(argv, 1));
+            case "spec":
+                return spec(Args.parse(argv, 1));
             default:
                 throw new UsageException("unknown command: " + cmd);
         }
@@ -148,14 +152,16 @@ public final class KafkaDriver {
         final long tsStep;
         final boolean binary;
         final boolean nulls;
+        final int pad;
 
-        RecordSpec(String tag, int partitions, long baseTs, long tsStep, boolean binary, boolean nulls) {
+        RecordSpec(String tag, int partitions, long baseTs, long tsStep, boolean binary, boolean nulls, int pad) {
             this.tag = tag;
             this.partitions = partitions;
             this.baseTs = baseTs;
             this.tsStep = tsStep;
             this.binary = binary;
             this.nulls = nulls;
+            this.pad = pad;
         }
 
         byte[] key(int i) {
@@ -169,10 +175,10 @@ public final class KafkaDriver {
             sb.append(tag).append(":value-").append(i).append('|');
             for (int r = 0; r < 1 + i % 4; r++) sb.append(PATTERN);
             byte[] text = sb.toString().getBytes(StandardCharsets.UTF_8);
-            if (!binary) return text;
-            byte[] tail = new byte[] {(byte) (i & 0xff), 0x00, (byte) 0xff, (byte) 0x80, 0x0a};
-            byte[] out = Arrays.copyOf(text, text.length + tail.length);
+            byte[] tail = binary ? new byte[] {(byte) (i & 0xff), 0x00, (byte) 0xff, (byte) 0x80, 0x0a} : new byte[0];
+            byte[] out = Arrays.copyOf(text, text.length + tail.length + pad);
             System.arraycopy(tail, 0, out, text.length, tail.length);
+            Arrays.fill(out, text.length + tail.length, out.length, (byte) '.');
             return out;
         }
 
@@ -207,9 +213,7 @@ public final class KafkaDriver {
         boolean sync = a.bool("sync", false);
         long delayMs = a.longv("delay-ms", 0);
         int lingerMs = a.integer("linger-ms", 5);
-        RecordSpec spec = new RecordSpec(a.get("tag", "java"), a.integer("partitions", 0),
-                a.longv("base-ts", System.currentTimeMillis() - 60_000), a.longv("ts-step", 1),
-                a.bool("binary", true), a.bool("nulls", true));
+        RecordSpec spec = specFrom(a, "java");
 
         Properties p = new Properties();
         p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -268,6 +272,24 @@ public final class KafkaDriver {
         }
         emit(obj("event", "done", "acked", acked.get(), "failed", failed.get(), "elapsed_ms", System.currentTimeMillis() - t0));
         return failed.get() == 0 && acked.get() == count ? 0 : 1;
+    }
+
+    static RecordSpec specFrom(Args a, String defaultTag) throws UsageException {
+        return new RecordSpec(a.get("tag", defaultTag), a.integer("partitions", 0),
+                a.longv("base-ts", System.currentTimeMillis() - 60_000), a.longv("ts-step", 1),
+                a.bool("binary", true), a.bool("nulls", true), a.integer("pad", 0));
+    }
+
+    static int spec(Args a) throws Exception {
+        RecordSpec spec = specFrom(a, "java");
+        int start = a.integer("start-index", 0);
+        for (int i = start; i < start + a.integer("count", 10); i++) {
+            List<Object> hs = new ArrayList<>();
+            for (Header h : spec.headers(i)) hs.add(Arrays.asList(h.key(), b64(h.value())));
+            emit(obj("event", "spec", "index", i, "partition", spec.partition(i), "timestamp", spec.timestamp(i),
+                    "key", b64(spec.key(i)), "value", b64(spec.value(i)), "headers", hs));
+        }
+        return 0;
     }
 
     // ------------------------------------------------------------------ consume
@@ -568,7 +590,7 @@ public final class KafkaDriver {
 
         static final Set<String> KNOWN = Set.of("bootstrap", "topic", "count", "acks", "compression", "idempotence",
                 "linger-ms", "batch-size", "partitions", "base-ts", "ts-step", "tag", "binary", "nulls", "start-index",
-                "sync", "delay-ms", "prop", "expect", "isolation", "timeout-ms", "fetch-max-wait-ms", "timestamp",
+                "sync", "delay-ms", "pad", "prop", "expect", "isolation", "timeout-ms", "fetch-max-wait-ms", "timestamp",
                 "replication-factor", "config", "broker", "internal");
 
         static Args parse(String[] argv, int from) throws UsageException {
