@@ -135,6 +135,12 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # kafka-python loads its protocol schemas with deprecated importlib.resources calls: pure noise here
+    config.addinivalue_line("filterwarnings", "ignore:read_text is deprecated:DeprecationWarning")
+    config.addinivalue_line("filterwarnings", "ignore:open_text is deprecated:DeprecationWarning")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Tests that need their own broker (kill -9, restarts) last, so a session-broker failure shows first.
     here = Path(__file__).parent
