@@ -44,7 +44,9 @@ def check_stored_batches(bootstrap: str, topic: str, partitions: int, opts: Prod
     if stored != total:
         problems.append(f"{stored} records stored, {total} produced")
     if opts.compression != "none" and not any(b.codec == opts.compression for b in everything):
-        problems.append(f"no stored batch uses {opts.compression}: {[b.codec for b in everything]}")
+        problems.append(f"no stored batch uses {opts.compression}: {[b.codec for b in everything]} (librdkafka "
+                        "sends uncompressed when ApiVersions suggests the broker lacks the codec: LZ4 needs "
+                        "FindCoordinator advertised, ZSTD needs Produce v7+)")
     if expect_multi_record_batches and not any(b.count > 1 for b in everything):
         problems.append(f"no multi-record batch stored (linger.ms={opts.linger_ms}): "
                         f"{[b.count for b in everything]}")

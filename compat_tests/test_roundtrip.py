@@ -52,23 +52,25 @@ def test_round_trip(client_name, opts, get_client, bootstrap_servers, topic_fact
 
 
 CROSS = [
-    # producer, consumer, codec, partitions (0 = the producer's own partitioner picks)
-    ("java", "confluent", "zstd", 0),
-    ("confluent", "java", "lz4", PARTITIONS),
-    ("kcat", "kafka-python", "snappy", PARTITIONS),
-    ("kafka-python", "aiokafka", "gzip", PARTITIONS),
-    ("aiokafka", "kcat", "lz4", PARTITIONS),
-    ("confluent", "kafka-python", "zstd", PARTITIONS),
-    ("java", "kcat", "gzip", PARTITIONS),
-    ("kafka-python", "java", "snappy", PARTITIONS),
-    ("aiokafka", "confluent", "none", PARTITIONS),
+    # producer, consumer, codec, partitions (0 = the producer's own partitioner picks), consumer isolation
+    ("java", "confluent", "zstd", 0, "read_uncommitted"),
+    ("confluent", "java", "lz4", PARTITIONS, "read_committed"),
+    ("kcat", "kafka-python", "snappy", PARTITIONS, "read_uncommitted"),
+    ("kafka-python", "aiokafka", "gzip", PARTITIONS, "read_committed"),
+    ("aiokafka", "kcat", "lz4", PARTITIONS, "read_uncommitted"),
+    ("confluent", "kafka-python", "zstd", PARTITIONS, "read_committed"),
+    ("java", "kcat", "gzip", PARTITIONS, "read_committed"),
+    ("kafka-python", "java", "snappy", PARTITIONS, "read_uncommitted"),
+    ("aiokafka", "confluent", "none", PARTITIONS, "read_committed"),
 ]
 
 
-@pytest.mark.parametrize("producer_name,consumer_name,codec,partitions", CROSS,
-                         ids=[f"{p}-to-{c}-{z}" for p, c, z, _ in CROSS])
-def test_cross_client(producer_name, consumer_name, codec, partitions, get_client, bootstrap_servers,
+@pytest.mark.parametrize("producer_name,consumer_name,codec,partitions,isolation", CROSS,
+                         ids=[f"{p}-to-{c}-{z}-{i.replace('read_', '')}" for p, c, z, _, i in CROSS])
+def test_cross_client(producer_name, consumer_name, codec, partitions, isolation, get_client, bootstrap_servers,
                       topic_factory):
+    """Produce with one client, consume with another. Non-transactional records are visible to
+    read_committed consumers up to the last stable offset, which is the high watermark here."""
     producer = get_client(producer_name)
     consumer = get_client(consumer_name)
     if codec not in producer.codecs:
@@ -81,7 +83,7 @@ def test_cross_client(producer_name, consumer_name, codec, partitions, get_clien
     opts = ProduceOptions(acks="all", compression=codec, idempotence=True)
 
     produced = producer.produce(bootstrap_servers, topic, spec, opts)
-    consumed = consumer.consume(bootstrap_servers, topic, spec.count)
+    consumed = consumer.consume(bootstrap_servers, topic, spec.count, isolation=isolation)
 
     verify_round_trip(spec, produced.acks, consumed, produced_window=produced.window)
     check_stored_batches(bootstrap_servers, topic, PARTITIONS, opts, spec.count)
