@@ -298,10 +298,12 @@ class KbrokerProcess:
         self.last_exit_code = None
 
     def stop(self, timeout: float = DEFAULT_STOP_TIMEOUT) -> int | None:
-        """SIGTERM and wait for a clean exit; SIGKILL after ``timeout``. Returns the exit code
-        (``-9`` means it had to be killed)."""
+        """SIGTERM and wait for a clean exit; SIGKILL (the whole process group) after ``timeout``.
+        Returns the exit code (``-9`` means it had to be killed)."""
         if self.proc is None:
             return self.last_exit_code
+        if self.proc.poll() is not None and self.last_exit_code is not None:
+            return self.last_exit_code  # already stopped/killed and reaped
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGTERM)
@@ -309,23 +311,31 @@ class KbrokerProcess:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self._note(f"did not exit {timeout:.0f}s after SIGTERM; sending SIGKILL")
-                self.proc.kill()
+                self._kill_group()
                 self.proc.wait(10)
         self.last_exit_code = self.proc.returncode
         self._note(f"stopped, exit code {self.last_exit_code}")
         return self.last_exit_code
 
     def kill(self) -> int | None:
-        """SIGKILL (a crash, from the broker's point of view) and reap."""
+        """SIGKILL (a crash, from the broker's point of view) and reap. The broker runs in its own
+        session, so any helper processes it started die with it."""
         if self.proc is None:
             return self.last_exit_code
         if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
+            self._kill_group()
             self.proc.wait(10)
         self.last_exit_code = self.proc.returncode
         self._note(f"killed, exit code {self.last_exit_code}")
         return self.last_exit_code
+
+    def _kill_group(self) -> None:
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the group we created with start_new_session
+        except (ProcessLookupError, PermissionError):
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
 
     def restart(self, timeout: float | None = None) -> KbrokerProcess:
         self.stop()
