@@ -338,6 +338,8 @@ class QuorumController:
             "retention.bytes": "-1",
             "max.message.bytes": str(_MAX_METADATA_BATCH_BYTES),
             "cleanup.policy": "delete",
+            # the metadata log is written by this controller only: no producer timestamp checks
+            "message.timestamp.after.max.ms": str(_LONG_MAX),
         }
         return LogConfig.from_props(props)
 

@@ -35,6 +35,7 @@ from kbroker.protocol.records import (
 from kbroker.protocol.send import FileRegion
 from kbroker.storage.config import LogConfig
 from kbroker.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from kbroker.storage.log_validator import validate_for_append
 from kbroker.storage.segment import LogSegment
 from kbroker.storage.util import (
     CLEANED_SUFFIX,
@@ -307,6 +308,8 @@ class PartitionLog:
         """
         self._check_open()
         buf = bytearray(records)
+        # topic-config checks and conversions (timestamps, keys on compacted topics, compression.type)
+        buf = validate_for_append(buf, self.config, now_ms, f"{self.topic}-{self.partition}")
         n = len(buf)
         if n == 0:
             return AppendInfo(-1, -1, -1, -1, -1, self.log_start_offset, 0, 0)
