@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from kbroker.config import BrokerConfig, parse_properties
+from kbroker.controller.config_control import plan_incremental_alter_configs, plan_legacy_alter_configs
 from kbroker.controller.image import (
     TOPIC_RESOURCE,
     BrokerRegistration,
@@ -49,6 +50,12 @@ from kbroker.controller.image import (
     is_internal,
 )
 from kbroker.controller.records import decode_metadata_record, encode_metadata_record
+from kbroker.controller.replication_control import (
+    list_partition_reassignments,
+    plan_alter_partition_reassignments,
+    plan_create_partitions,
+    plan_elect_leaders,
+)
 from kbroker.controller.topic_configs import validate_topic_configs
 from kbroker.controller.uuids import METADATA_TOPIC_ID, ZERO_UUID, random_uuid, uuid_from_str, uuid_to_str
 from kbroker.protocol import codec
@@ -677,9 +684,41 @@ class QuorumController:
                                       "are fenced or in controlled shutdown.")
         return {p: list(r) for p, r in assignments.items()}
 
-    def create_partitions(self, *args: Any, **kwargs: Any) -> Any:
-        """CreatePartitions (adding partitions to existing topics) is not implemented yet."""
-        raise NotImplementedError("create_partitions is not implemented yet")
+    def create_partitions(self, topics: Sequence[tuple[str, int, Sequence[Sequence[int]] | None]],
+                          validate_only: bool = False) -> list[tuple[str, int, str | None]]:
+        """Add partitions to existing topics (Kafka's CreatePartitions; rules in
+        :mod:`kbroker.controller.replication_control`). ``topics``: (name, new total count, replica lists of the
+        new partitions or None). One ``(name, error_code, error_message)`` per distinct name, in request order.
+        The new PartitionRecords are committed together; replaying them makes brokers create the logs."""
+        with self._lock:
+            records, results = plan_create_partitions(self.image, topics, self._default_dir)
+            if records and not validate_only:
+                self._commit(records)
+            return results
+
+    def elect_leaders(self, election_type: int, topic_partitions: Sequence[tuple[str, Sequence[int]]] | None
+                      ) -> list[tuple[str, list[tuple[int, int, str | None]]]]:
+        """ElectLeaders: PREFERRED (0) or UNCLEAN (1) for the given partitions (None: all). Raises
+        ``KafkaError(INVALID_REQUEST)`` for an unknown election type."""
+        with self._lock:
+            records, results = plan_elect_leaders(self.image, election_type, topic_partitions)
+            if records:
+                self._commit(records)
+            return results
+
+    def alter_partition_reassignments(self, topics: Sequence[tuple[str, Sequence[tuple[int, Sequence[int] | None]]]],
+                                      allow_replication_factor_change: bool = True
+                                      ) -> list[tuple[str, list[tuple[int, int, str | None]]]]:
+        """AlterPartitionReassignments: ``topics`` maps names to (partition, target replicas or None = cancel)."""
+        with self._lock:
+            records, results = plan_alter_partition_reassignments(self.image, topics, allow_replication_factor_change)
+            if records:
+                self._commit(records)
+            return results
+
+    def list_partition_reassignments(self, topics: Sequence[tuple[str, Sequence[int]]] | None = None) -> list[Any]:
+        """Ongoing reassignments as ``[(topic, [PartitionImage])]`` (see ``replication_control``)."""
+        return list_partition_reassignments(self.image, topics)
 
     def delete_topics(self, names_or_ids: Sequence[str | bytes]) -> list[DeleteTopicResult]:
         """Delete topics given by name (str) or topic id (16 bytes). One result per entry, in order.
@@ -728,12 +767,29 @@ class QuorumController:
                 self._commit(records)
             return results
 
-    # ---- configs (seams for the operator-tools issue) ----
-    def incremental_alter_configs(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("incremental_alter_configs is not implemented yet")
+    # ---- configs ----
+    def incremental_alter_configs(self, resources: Sequence[tuple[int, str, Sequence[tuple[str, int, str | None]]]],
+                                  validate_only: bool = False) -> list[tuple[int, str | None]]:
+        """IncrementalAlterConfigs: ``resources`` are (resource type, name, [(key, op, value)]) with op SET 0,
+        DELETE 1, APPEND 2, SUBTRACT 3. Returns one ``(error_code, error_message)`` per resource; the
+        ConfigRecords of the valid resources are committed together (rules in
+        :mod:`kbroker.controller.config_control`)."""
+        with self._lock:
+            records, results = plan_incremental_alter_configs(
+                self.image, self.node_id, resources, self.config.get_bool("remote.log.storage.system.enable"))
+            if records and not validate_only:
+                self._commit(records)
+            return results
 
-    def alter_configs(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("alter_configs is not implemented yet")
+    def alter_configs(self, resources: Sequence[tuple[int, str, Sequence[tuple[str, str | None]]]],
+                      validate_only: bool = False) -> list[tuple[int, str | None]]:
+        """Legacy AlterConfigs: each resource's dynamic configs become exactly ``[(key, value)]``."""
+        with self._lock:
+            records, results = plan_legacy_alter_configs(
+                self.image, self.node_id, resources, self.config.get_bool("remote.log.storage.system.enable"))
+            if records and not validate_only:
+                self._commit(records)
+            return results
 
     # ---- features ----
     def update_features(self, levels: dict[str, int]) -> MetadataImage:

@@ -1,0 +1,186 @@
+"""Dynamic configs: IncrementalAlterConfigs and (legacy) AlterConfigs planned against a metadata image.
+
+As Kafka's ``ConfigurationControlManager`` (plus the broker-side preprocessing of ``ConfigAdminManager``
+that a combined node does in the same place), each function returns the ConfigRecords to commit and one
+``(error_code, error_message)`` per resource of the request, in request order. Nothing is written here;
+:class:`~kbroker.controller.quorum_controller.QuorumController` commits the records (unless
+``validate_only``) and replay updates ``MetadataImage.configs``.
+
+Per resource, in Kafka's order:
+
+1. a resource named twice in one request: INVALID_REQUEST for every occurrence;
+2. a key named twice: INVALID_REQUEST "Error due to duplicate config keys";
+3. a null value for anything but DELETE: INVALID_REQUEST "Null value not supported for : <keys>";
+4. resource type: TOPIC (2) and BROKER (4) are supported; BROKER names must be ``""`` (cluster default) or
+   this node's id; other types get INVALID_REQUEST;
+5. operations (incremental): SET (0), DELETE (1), APPEND (2) and SUBTRACT (3); APPEND/SUBTRACT only on list
+   keys (topics: INVALID_CONFIG "Can't APPEND to key ... because its type is not LIST."; brokers:
+   INVALID_REQUEST) and starting from the key's default when it has no value yet;
+6. validation of the configs the resource would end up with: topics with
+   :func:`~kbroker.controller.topic_configs.validate_topic_configs` (INVALID_CONFIG), then the topic must exist
+   (UNKNOWN_TOPIC_OR_PARTITION); brokers with
+   :func:`~kbroker.controller.broker_configs.validate_broker_configs` (INVALID_REQUEST).
+
+Legacy AlterConfigs replaces the resource's whole set: keys not named are deleted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from kbroker.controller.broker_configs import DYNAMIC_BROKER_CONFIGS, is_list_config, validate_broker_configs
+from kbroker.controller.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
+from kbroker.controller.topic_configs import TOPIC_CONFIG_KEYS, validate_topic_configs
+from kbroker.protocol.errors import ErrorCode, KafkaError
+from kbroker.protocol.metadata_records import ConfigRecord
+
+__all__ = ["APPEND", "DELETE", "SET", "SUBTRACT", "plan_incremental_alter_configs", "plan_legacy_alter_configs"]
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+_OP_NAMES = {APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
+BROKER_LOGGER_RESOURCE = 8
+
+#: (error code, error message) for one resource
+Result = tuple[int, "str | None"]
+IncrementalResource = tuple[int, str, Sequence[tuple[str, int, "str | None"]]]
+LegacyResource = tuple[int, str, Sequence[tuple[str, "str | None"]]]
+
+
+def _check_resource(rtype: int, name: str, node_id: int) -> None:
+    if rtype == TOPIC_RESOURCE:
+        return
+    if rtype == BROKER_RESOURCE:
+        if name == "":
+            return
+        try:
+            nid = int(name)
+        except ValueError:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}") from None
+        if nid != node_id:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {node_id}, but received {name}")
+        return
+    if rtype == BROKER_LOGGER_RESOURCE:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "kbroker does not support BROKER_LOGGER resources")
+    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {rtype}")
+
+
+def _default_parts(rtype: int, key: str) -> list[str]:
+    spec = TOPIC_CONFIG_KEYS.get(key) if rtype == TOPIC_RESOURCE else DYNAMIC_BROKER_CONFIGS.get(key)
+    default = spec.default if spec is not None else None
+    return [p for p in (default or "").split(",") if p]
+
+
+def _validate(image: MetadataImage, rtype: int, name: str, configs: Mapping[str, str | None],
+              remote_storage_enabled: bool) -> None:
+    if rtype == TOPIC_RESOURCE:
+        from kbroker.controller.quorum_controller import validate_topic_name
+
+        why = validate_topic_name(name)
+        if why:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, why)
+        validate_topic_configs({k: v for k, v in configs.items() if v is not None},
+                               remote_storage_enabled=remote_storage_enabled)
+        if name not in image.topics_by_name:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+    else:
+        validate_broker_configs(configs)
+
+
+def _records(rtype: int, name: str, current: Mapping[str, str], new: Mapping[str, str | None],
+             keys: Sequence[str]) -> list[ConfigRecord]:
+    out = []
+    for key in keys:
+        value = new.get(key)
+        if value != current.get(key) or rtype == BROKER_RESOURCE:
+            # Kafka writes broker records even when unchanged so that brokers reload (KAFKA-14136)
+            out.append(ConfigRecord(resource_type=rtype, resource_name=name, name=key, value=value))
+    return out
+
+
+def _duplicate_resources(resources: Sequence[tuple[int, str, Any]]) -> set[tuple[int, str]]:
+    seen: set[tuple[int, str]] = set()
+    dups: set[tuple[int, str]] = set()
+    for rtype, name, _ in resources:
+        (dups if (rtype, name) in seen else seen).add((rtype, name))
+    return dups
+
+
+def plan_incremental_alter_configs(image: MetadataImage, node_id: int, resources: Sequence[IncrementalResource],
+                                   remote_storage_enabled: bool = False) -> tuple[list[ConfigRecord], list[Result]]:
+    """Records and per-resource results for IncrementalAlterConfigs (see the module docstring)."""
+    dups = _duplicate_resources(resources)
+    records: list[ConfigRecord] = []
+    results: list[Result] = []
+    for rtype, name, ops in resources:
+        try:
+            if (rtype, name) in dups:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
+            keys = [k for k, _, _ in ops]
+            if len(set(keys)) != len(keys):
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+            nulls = [k for k, op, v in ops if op != DELETE and v is None]
+            if nulls:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls))
+            _check_resource(rtype, name, node_id)
+            current = dict(image.configs.get((rtype, name), {}))
+            new: dict[str, str | None] = dict(current)
+            for key, op, value in ops:
+                if op == SET:
+                    new[key] = value
+                elif op == DELETE:
+                    new[key] = None
+                elif op in (APPEND, SUBTRACT):
+                    is_list = (TOPIC_CONFIG_KEYS[key].type == "list" if key in TOPIC_CONFIG_KEYS else False) \
+                        if rtype == TOPIC_RESOURCE else is_list_config(key)
+                    if not is_list:
+                        if rtype == TOPIC_RESOURCE:
+                            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                             f"Can't {_OP_NAMES[op]} to key {key} because its type is not LIST.")
+                        verb = "append" if op == APPEND else "subtract"
+                        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                         f"Config value {verb} is not allowed for config key: {key}")
+                    old = new.get(key)
+                    parts = [p for p in old.split(",") if p] if old is not None else _default_parts(rtype, key)
+                    for item in (value or "").split(","):
+                        if op == APPEND and item not in parts:
+                            parts.append(item)
+                        elif op == SUBTRACT and item in parts:
+                            parts.remove(item)
+                    new[key] = ",".join(parts)
+                else:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {op}")
+            _validate(image, rtype, name, new, remote_storage_enabled)
+            records.extend(_records(rtype, name, current, new, keys))
+            results.append((ErrorCode.NONE, None))
+        except KafkaError as exc:
+            results.append((exc.code, exc.message))
+    return records, results
+
+
+def plan_legacy_alter_configs(image: MetadataImage, node_id: int, resources: Sequence[LegacyResource],
+                              remote_storage_enabled: bool = False) -> tuple[list[ConfigRecord], list[Result]]:
+    """Records and per-resource results for the legacy AlterConfigs: each resource's set is replaced."""
+    dups = _duplicate_resources(resources)
+    records: list[ConfigRecord] = []
+    results: list[Result] = []
+    for rtype, name, entries in resources:
+        try:
+            if (rtype, name) in dups:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
+            keys = [k for k, _ in entries]
+            if len(set(keys)) != len(keys):
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+            nulls = [k for k, v in entries if v is None]
+            if nulls:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls))
+            _check_resource(rtype, name, node_id)
+            current = dict(image.configs.get((rtype, name), {}))
+            new: dict[str, str | None] = dict(entries)
+            _validate(image, rtype, name, new, remote_storage_enabled)
+            records.extend(_records(rtype, name, current, new, keys))
+            records.extend(ConfigRecord(resource_type=rtype, resource_name=name, name=k, value=None)
+                           for k in sorted(current) if k not in new)
+            results.append((ErrorCode.NONE, None))
+        except KafkaError as exc:
+            results.append((exc.code, exc.message))
+    return records, results
