@@ -36,6 +36,12 @@ from kbroker.protocol.send import FileRegion
 from kbroker.storage.config import LogConfig
 from kbroker.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from kbroker.storage.log_validator import validate_for_append
+from kbroker.storage.producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    AppendOrigin,
+    ProducerStateManager,
+    rebuild_producer_state,
+)
 from kbroker.storage.segment import LogSegment
 from kbroker.storage.util import (
     CLEANED_SUFFIX,
@@ -134,7 +140,11 @@ class PartitionLog:
         clean_shutdown: True if the broker shut down cleanly (``.kafka_cleanshutdown`` existed).
         high_watermark: from ``replication-offset-checkpoint`` (clamped to [log start, LEO]); None -> LEO.
         log_start_offset: from ``log-start-offset-checkpoint``; never below the first segment's base offset.
-        now_ms: wall clock for segment creation times (default: now).
+        now_ms: wall clock for segment creation times and producer expiry at load (default: now).
+        producer_id_expiration_ms: ``producer.id.expiration.ms`` for ``producer_state``.
+
+    ``producer_state`` (:class:`~kbroker.storage.producer_state.ProducerStateManager`) is rebuilt at load from
+    the latest ``<offset>.snapshot`` at or below the log end offset plus the batch headers after it.
     """
 
     def __init__(
@@ -148,6 +158,7 @@ class PartitionLog:
         high_watermark: int | None = None,
         log_start_offset: int | None = None,
         now_ms: int | None = None,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         now = _now_ms() if now_ms is None else now_ms
         self.dir = Path(dir)
@@ -171,6 +182,10 @@ class PartitionLog:
         self._high_watermark = min(max(hw, self.log_start_offset), self._leo)
         self.leader_epoch_cache.truncate_from_end(self._leo)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.producer_state = ProducerStateManager(self.dir, producer_id_expiration_ms=producer_id_expiration_ms)
+        self.producer_state.remove_stray_snapshots(self._bases)
+        rebuild_producer_state(self.producer_state, self._segments, self.log_start_offset, self._leo, now,
+                               clean_shutdown)
 
     # -- open / recovery ----------------------------------------------------------------------------
 
@@ -295,7 +310,8 @@ class PartitionLog:
 
     # -- append -------------------------------------------------------------------------------------
 
-    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int) -> AppendInfo:
+    def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int,
+                         origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendInfo:
         """Append one or more validated batches, assigning offsets from the LEO.
 
         The input is copied once into a bytearray in which each batch's baseOffset and partitionLeaderEpoch
@@ -305,6 +321,11 @@ class PartitionLog:
         Raises ``KafkaError(MESSAGE_TOO_LARGE)`` if a batch exceeds ``max.message.bytes``,
         ``KafkaError(RECORD_LIST_TOO_LARGE)`` if the whole append exceeds ``segment.bytes``,
         ``CorruptRecordError`` if the bytes are not whole batches. Nothing is written on error.
+
+        Batches with a producer id are checked by ``producer_state`` as offsets are assigned (errors
+        OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH ...). A retry of one of the producer's last 5
+        batches (origin CLIENT) writes nothing and returns that batch's original offsets, its timestamp as
+        ``log_append_time`` (as Kafka does) and ``valid_bytes == 0``.
         """
         self._check_open()
         buf = bytearray(records)
@@ -323,6 +344,7 @@ class PartitionLog:
         unpack = BATCH_HEADER.unpack_from
         first = offset = self._leo
         max_ts, off_max, num, pos = -1, -1, 0, 0
+        producers = self.producer_state.begin_append(origin)
         while pos < n:
             if n - pos < BATCH_HEADER_SIZE:
                 raise CorruptRecordError(f"{n - pos} trailing bytes are not a record batch")
@@ -344,6 +366,11 @@ class PartitionLog:
                 batch_max = h[8]
             if batch_max > max_ts:
                 max_ts, off_max = batch_max, last
+            if h[9] >= 0:  # producer id: duplicate / epoch / sequence checks, before anything is written
+                dup = producers.add_batch(h, buf, pos, offset, batch_max)
+                if dup is not None:
+                    return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, dup.last_offset,
+                                      dup.timestamp, self.log_start_offset, 0, 0)
             num += h[12]
             offset = last + 1
             pos += size
@@ -353,6 +380,7 @@ class PartitionLog:
             self.leader_epoch_cache.assign(leader_epoch, first)
         self.active_segment.append(last_offset, max_ts, off_max, buf)
         self._leo = offset
+        self.producer_state.complete_append(producers, offset)
         if self._leo - self.recovery_point >= self.config.flush_messages:
             self.flush()
         return AppendInfo(
@@ -385,6 +413,7 @@ class PartitionLog:
         first = -1
         max_ts, off_max, num, pos = -1, -1, 0, 0
         epochs: list[tuple[int, int]] = []
+        producers = self.producer_state.begin_append(AppendOrigin.REPLICATION)
         while pos < n:
             if n - pos < BATCH_HEADER_SIZE:
                 raise CorruptRecordError(f"{n - pos} trailing bytes are not a record batch")
@@ -400,6 +429,8 @@ class PartitionLog:
                 epochs.append((h[2], h[0]))
             if h[8] > max_ts:
                 max_ts, off_max = h[8], h[0] + h[6]
+            if h[9] >= 0:
+                producers.add_batch(h, mv, pos, h[0], h[8])
             num += h[12]
             expected = h[0] + h[6] + 1
             pos += size
@@ -409,6 +440,7 @@ class PartitionLog:
             self.leader_epoch_cache.assign(epoch, start)
         self.active_segment.append(last_offset, max_ts, off_max, mv)
         self._leo = expected
+        self.producer_state.complete_append(producers, expected)
         if self._leo - self.recovery_point >= self.config.flush_messages:
             self.flush()
         return AppendInfo(first, last_offset, max_ts, off_max, -1, self.log_start_offset, num, n)
@@ -454,6 +486,8 @@ class PartitionLog:
         new = LogSegment.create(self.dir, base, self.config, now)
         self._segments.append(new)
         self._bases.append(base)
+        self.producer_state.update_map_end_offset(base)
+        self.producer_state.take_snapshot(sync=False)  # recovery replays from here; not fsynced (CRC-checked)
         fsync_dir(self.dir)
         self._pending_flush_to = base
         return new
@@ -617,11 +651,13 @@ class PartitionLog:
         new_start = self._segments[0].base_offset
         if new_start > self.log_start_offset:
             self._set_log_start_offset(new_start)
+        self.producer_state.delete_snapshots_below(new_start)
         return len(victims)
 
     def _set_log_start_offset(self, offset: int) -> None:
         self.log_start_offset = min(offset, self._leo)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.producer_state.on_log_start_offset_incremented(self.log_start_offset)
         if self._high_watermark < self.log_start_offset:
             self._high_watermark = self.log_start_offset
         if self.recovery_point < self.log_start_offset:
@@ -674,6 +710,7 @@ class PartitionLog:
         if self._pending_flush_to is not None and self._pending_flush_to > self._leo:
             self._pending_flush_to = None
         self.leader_epoch_cache.truncate_from_end(self._leo)
+        rebuild_producer_state(self.producer_state, self._segments, self.log_start_offset, self._leo, _now_ms())
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -687,6 +724,7 @@ class PartitionLog:
         self._leo = self.log_start_offset = self._high_watermark = self.recovery_point = offset
         self._pending_flush_to = None
         self.leader_epoch_cache.clear()
+        self.producer_state.truncate_fully_and_start_at(offset)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -700,6 +738,7 @@ class PartitionLog:
             return
         self.active_segment.on_become_inactive()  # persist the max timestamp for a fast reopen
         self.flush()
+        self.producer_state.take_snapshot()  # at the log end offset: a clean restart replays nothing
         for seg in self._segments:
             seg.close()
         self.purge_deleted(0, force=True)

@@ -23,6 +23,10 @@ from kbroker.storage.checkpoints import (
 )
 from kbroker.storage.config import LogConfig
 from kbroker.storage.log import PartitionLog, write_partition_metadata
+from kbroker.storage.producer_state import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+)
 from kbroker.storage.util import (
     DELETE_DIR_SUFFIX,
     FUTURE_DIR_SUFFIX,
@@ -99,11 +103,15 @@ class LogManager:
     """Owns the ``PartitionLog`` of every partition replica on this broker.
 
     ``log_dirs``: the broker's ``log.dirs`` roots (created if missing). ``default_config``: the config used for
-    logs without a topic-specific one. Not thread-safe (call from the event loop), except that ``flush_dirty``
-    may be run in a worker thread.
+    logs without a topic-specific one. ``producer_id_expiration_ms`` / ``producer_id_expiration_check_interval_ms``:
+    ``producer.id.expiration.ms`` and how often ``cleanup`` looks for expired producer ids. Not thread-safe
+    (call from the event loop), except that ``flush_dirty`` may be run in a worker thread.
     """
 
-    def __init__(self, log_dirs: Iterable[Path], default_config: LogConfig) -> None:
+    def __init__(self, log_dirs: Iterable[Path], default_config: LogConfig, *,
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+                 producer_id_expiration_check_interval_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_CHECK_INTERVAL_MS,
+                 ) -> None:
         self.log_dirs = [Path(d) for d in log_dirs]
         if not self.log_dirs:
             raise ValueError("at least one log dir is required")
@@ -112,6 +120,9 @@ class LogManager:
         self._log_dir_of: dict[TopicPartition, Path] = {}
         self.had_clean_shutdown: dict[Path, bool] = {}
         self._started = False
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
+        self._last_producer_expiration_check_ms: int | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -162,6 +173,7 @@ class LogManager:
                     high_watermark=hws.get(tp),
                     log_start_offset=start_offsets.get(tp),
                     now_ms=now_ms,
+                    producer_id_expiration_ms=self.producer_id_expiration_ms,
                 )
                 self._logs[tp] = plog
                 self._log_dir_of[tp] = root
@@ -220,6 +232,7 @@ class LogManager:
             config or self.default_config,
             topic_id=topic_id,
             clean_shutdown=True,
+            producer_id_expiration_ms=self.producer_id_expiration_ms,
         )
         self._logs[tp] = plog
         self._log_dir_of[tp] = root
@@ -270,12 +283,21 @@ class LogManager:
         return flushed
 
     def cleanup(self, now_ms: int) -> int:
-        """Retention on every log plus purging of segments whose delete delay passed. Returns segments
-        deleted by retention."""
+        """Retention on every log plus purging of segments whose delete delay passed (and, every
+        ``producer_id_expiration_check_interval_ms``, ``remove_expired_producers``). Returns segments deleted by
+        retention."""
         deleted = 0
         for plog in list(self._logs.values()):
             if plog.closed:
                 continue
             deleted += plog.delete_retention(now_ms)
             plog.purge_deleted(now_ms)
+        last = self._last_producer_expiration_check_ms
+        if last is None or now_ms - last >= self.producer_id_expiration_check_interval_ms:
+            self.remove_expired_producers(now_ms)
         return deleted
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Drop producer ids idle for ``producer.id.expiration.ms`` from every log. Returns how many."""
+        self._last_producer_expiration_check_ms = now_ms
+        return sum(p.producer_state.remove_expired_producers(now_ms) for p in self._logs.values() if not p.closed)

@@ -370,6 +370,7 @@ def test_stray_files_removed_and_topic_id_checked(open_log, log_dir: Path) -> No
     names = sorted(os.listdir(d))
     assert names == [
         "00000000000000000000.index", "00000000000000000000.log", "00000000000000000000.timeindex",
+        "00000000000000000001.snapshot",  # producer state at the log end offset, written by close()
         "leader-epoch-checkpoint", "partition.metadata",
     ]
     assert again.log_end_offset == 1
