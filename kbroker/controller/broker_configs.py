@@ -29,7 +29,8 @@ from kbroker.config import BROKER_DEFAULTS
 from kbroker.controller.topic_configs import INT_MAX, LONG_MAX, TopicConfigKey, parse_config_value
 from kbroker.protocol.errors import ErrorCode, KafkaError
 
-__all__ = ["DYNAMIC_BROKER_CONFIGS", "STATIC_BROKER_KEYS", "is_list_config", "validate_broker_configs"]
+__all__ = ["DYNAMIC_BROKER_CONFIGS", "STATIC_BROKER_KEYS", "broker_synonyms", "effective_broker_props", "is_list_config",
+           "validate_broker_configs"]
 
 _L = str(LONG_MAX)
 
@@ -100,6 +101,38 @@ STATIC_BROKER_KEYS = frozenset(set(BROKER_DEFAULTS) - set(DYNAMIC_BROKER_CONFIGS
     "transaction.state.log.replication.factor", "transaction.state.log.min.isr", "offsets.topic.replication.factor",
     "remote.log.storage.system.enable", "metrics.port", "metrics.host",
 })
+
+
+#: Groups of broker keys that are synonyms of one another, highest precedence first (Kafka's
+#: ``brokerConfigSynonyms``).
+_BROKER_SYNONYM_GROUPS = [
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+]
+
+
+def broker_synonyms(name: str) -> tuple[str, ...]:
+    """The broker keys that set the same thing as ``name`` (itself included), highest precedence first."""
+    for group in _BROKER_SYNONYM_GROUPS:
+        if name in group:
+            return group
+    return (name,)
+
+
+def effective_broker_props(static: Mapping[str, str], cluster_default: Mapping[str, str],
+                           per_broker: Mapping[str, str]) -> dict[str, str]:
+    """``server.properties`` overlaid with the cluster-default, then the per-broker dynamic configs. A dynamic
+    key hides its synonyms from the layers below, so a dynamic ``log.retention.hours`` wins over a static
+    ``log.retention.ms`` (Kafka's ``overrideProps``)."""
+    props = dict(static)
+    for layer in (cluster_default, per_broker):
+        for key, value in layer.items():
+            for syn in broker_synonyms(key):
+                props.pop(syn, None)
+            props[key] = value
+    return props
 
 
 def is_list_config(name: str) -> bool:

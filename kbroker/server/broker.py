@@ -55,8 +55,18 @@ class Broker:
         from kbroker.storage.config import TOPIC_CONFIG_DEFAULTS, topic_defaults_from_broker
 
         props = dict(TOPIC_CONFIG_DEFAULTS)
-        props.update(topic_defaults_from_broker(self.config.props))
+        props.update(topic_defaults_from_broker(self.broker_props()))
         return props
+
+    def broker_props(self) -> dict[str, str]:
+        """The broker's effective configs as set: ``server.properties`` overlaid with the dynamic broker configs
+        (cluster default, then this node's) once the metadata image is loaded."""
+        from kbroker.controller.broker_configs import effective_broker_props
+
+        image = getattr(self.controller, "_image", None)
+        if image is None:
+            return dict(self.config.props)
+        return effective_broker_props(self.config.props, image.broker_configs(), image.broker_configs(self.node_id))
 
     def default_log_config(self) -> Any:
         from kbroker.storage.config import LogConfig
@@ -78,6 +88,20 @@ class Broker:
     def topic_config_int(self, topic: str, key: str) -> int:
         return int(self.topic_configs(topic).get(key, "0"))
 
+    def _apply_config_changes(self, old: MetadataImage | None, new: MetadataImage, changes: Any) -> None:
+        """Metadata listener: give live logs their new config when ConfigRecords were replayed (a topic's own
+        overrides, or dynamic broker configs, which change every topic's defaults)."""
+        changed = getattr(changes, "changed_configs", ())
+        if not changed:
+            return
+        if any(rtype == CONFIG_RESOURCE_BROKER for rtype, _ in changed):
+            topics = {plog.topic for plog in self.log_manager.all_logs()}
+        else:
+            topics = {name for rtype, name in changed if rtype == CONFIG_RESOURCE_TOPIC}
+        for topic in topics:
+            if topic in new.topics_by_name:
+                self.log_manager.update_topic_config(topic, self.log_config_for(topic, new))
+
     def advertised_listener(self, name: str) -> Listener | None:
         for lst in self.config.advertised_listeners:
             if lst.name == name:
@@ -91,6 +115,7 @@ class Broker:
         await asyncio.to_thread(self.log_manager.startup)
         self.replica_manager.apply_image(self.controller.image)
         self.controller.add_listener(self.replica_manager.on_metadata_update)
+        self.controller.add_listener(self._apply_config_changes)
         loop = asyncio.get_running_loop()
         controller_names = {n.upper() for n in self.config.get_list("controller.listener.names")}
         for lst in self.config.listeners:

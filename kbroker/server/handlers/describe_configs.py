@@ -1,77 +1,152 @@
 """DescribeConfigs (API key 32), versions 1-4.
 
 Behavior:
-* TOPIC resources (type 2): every topic-level key kbroker knows, with the effective value and its source:
-  DYNAMIC_TOPIC_CONFIG (set on the topic), STATIC_BROKER_CONFIG (inherited from a ``log.*`` key in
-  server.properties) or DEFAULT_CONFIG; synonyms (``IncludeSynonyms``) list each level in precedence order;
-* BROKER resources (type 4) named after this node id (or ``""`` for the cluster default): the broker keys
-  with STATIC_BROKER_CONFIG / DEFAULT_CONFIG sources;
+* TOPIC resources (type 2): every topic-level key Kafka 4.x defines (plus any override that is set, such as
+  the internal ``internal.segment.bytes``), with the effective value and its source. Synonyms
+  (``IncludeSynonyms``) list, in Kafka's precedence order: the topic override (DYNAMIC_TOPIC_CONFIG), then
+  for the broker-level synonyms of the key (``log.retention.ms``, ``log.retention.minutes``,
+  ``log.retention.hours`` ...) the per-broker dynamic values (DYNAMIC_BROKER_CONFIG), the cluster-default
+  dynamic values (DYNAMIC_DEFAULT_BROKER_CONFIG), ``server.properties`` (STATIC_BROKER_CONFIG) and Kafka's
+  defaults (DEFAULT_CONFIG). The first synonym is the source; a key without synonyms is DEFAULT_CONFIG;
+* BROKER resources (type 4) named after this node id: every broker key kbroker knows, each with the same
+  four-level synonym chain over its own synonyms (``log.roll.ms``/``log.roll.hours`` ...); dynamic keys
+  are not read-only. Named ``""``: only the cluster-default dynamic configs;
 * ``ConfigurationKeys`` restricts the keys; unknown topics get UNKNOWN_TOPIC_OR_PARTITION, other brokers'
-  ids or other resource types INVALID_REQUEST.
-Version notes: v3 ConfigType and documentation (documentation is not carried: null).
+  ids or other resource types INVALID_REQUEST. Keys whose name contains ``password`` are sensitive (null).
+Version notes: v3 ConfigType and documentation (documentation is not carried: null); v4 flexible.
 """
 
 from __future__ import annotations
 
+from typing import Iterable, Mapping
+
 from kbroker.config import BROKER_DEFAULTS
+from kbroker.controller.broker_configs import DYNAMIC_BROKER_CONFIGS, broker_synonyms
+from kbroker.controller.topic_configs import TOPIC_CONFIG_KEYS
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse as R
-from kbroker.storage.config import BROKER_TO_TOPIC_KEYS, TOPIC_CONFIG_DEFAULTS
+from kbroker.storage.config import BROKER_TO_TOPIC_KEYS
 
 API_KEY = ApiKey.DESCRIBE_CONFIGS
 VERSIONS = range(1, 5)
 
 TOPIC, BROKER = 2, 4
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
-TYPE_BOOLEAN, TYPE_STRING, TYPE_INT, TYPE_LONG, TYPE_LIST = 1, 2, 3, 5, 7
+DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = (
+    1, 2, 3, 4, 5)
+TYPE_STRING = 2
+_TYPE_IDS = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7}
 
-_TYPES = {
-    "segment.bytes": TYPE_INT, "segment.index.bytes": TYPE_INT, "index.interval.bytes": TYPE_INT,
-    "max.message.bytes": TYPE_INT, "min.insync.replicas": TYPE_INT, "cleanup.policy": TYPE_LIST,
-    "message.timestamp.type": TYPE_STRING, "compression.type": TYPE_STRING,
+#: Topic keys whose broker synonyms the storage layer does not use (it does not honour these keys).
+_EXTRA_TOPIC_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {
+    "segment.jitter.ms": (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", 3_600_000)),
+    "preallocate": (("log.preallocate", 1),),
+    "unclean.leader.election.enable": (("unclean.leader.election.enable", 1),),
+    "local.retention.ms": (("log.local.retention.ms", 1),),
+    "local.retention.bytes": (("log.local.retention.bytes", 1),),
 }
+#: Topic keys Kafka 4.x no longer has (accepted on create for old tools, never listed).
+_UNLISTED_TOPIC_KEYS = frozenset({"message.downconversion.enable"})
+
+
+def topic_synonyms(key: str) -> tuple[tuple[str, int], ...]:
+    """Broker-level synonyms of topic key ``key`` with their unit multipliers, highest precedence first."""
+    return BROKER_TO_TOPIC_KEYS.get(key) or _EXTRA_TOPIC_SYNONYMS.get(key, ())
+
+
+def broker_default(name: str) -> str | None:
+    """Kafka's default for a broker key, or None when it has none (e.g. ``log.retention.ms``)."""
+    value = BROKER_DEFAULTS.get(name)
+    if value:
+        return value
+    spec = DYNAMIC_BROKER_CONFIGS.get(name)
+    return spec.default if spec is not None else None
+
+
+def broker_layers(broker) -> list[tuple[Mapping[str, str], int]]:  # noqa: ANN001
+    """The broker config sources, highest precedence first (Kafka's ``configSynonyms`` order)."""
+    image = broker.controller.image
+    defaults = {k: v for k in set(BROKER_DEFAULTS) | set(DYNAMIC_BROKER_CONFIGS)
+                if (v := broker_default(k)) is not None}
+    return [(image.broker_configs(broker.node_id), DYNAMIC_BROKER_CONFIG),
+            (image.broker_configs(), DYNAMIC_DEFAULT_BROKER_CONFIG),
+            (broker.config.props, STATIC_BROKER_CONFIG),
+            (defaults, DEFAULT_CONFIG)]
+
+
+def _chain(layers: list[tuple[Mapping[str, str], int]], names: Iterable[str]) -> list[tuple[str, str, int]]:
+    names = list(names)
+    return [(n, layer[n], source) for layer, source in layers for n in names if n in layer]
+
+
+def _sensitive(name: str) -> bool:
+    return "password" in name
 
 
 def _topic_entries(ctx, topic: str, keys, synonyms: bool) -> list[R.DescribeConfigsResourceResult]:
     broker = ctx.broker
     overrides = broker.controller.image.configs.get((TOPIC, topic), {})
-    static = broker.config.props
+    layers = broker_layers(broker)
+    effective = broker.topic_configs(topic)
+    names = {k for k, spec in TOPIC_CONFIG_KEYS.items() if not spec.internal and k not in _UNLISTED_TOPIC_KEYS}
     out = []
-    for key in sorted(TOPIC_CONFIG_DEFAULTS):
+    for key in sorted(names | set(overrides)):
         if keys is not None and key not in keys:
             continue
-        chain = []
+        chain = [(key, overrides[key], DYNAMIC_TOPIC_CONFIG)] if key in overrides else []
+        syns = topic_synonyms(key)
+        chain += _chain(layers, (n for n, _ in syns))
         if key in overrides:
-            chain.append((key, overrides[key], DYNAMIC_TOPIC_CONFIG))
-        for bkey, mult in BROKER_TO_TOPIC_KEYS.get(key, ()):
-            if bkey in static and static[bkey] != "":
-                chain.append((bkey, static[bkey], STATIC_BROKER_CONFIG))
-        default_name = BROKER_TO_TOPIC_KEYS[key][0][0] if key in BROKER_TO_TOPIC_KEYS else key
-        chain.append((default_name, TOPIC_CONFIG_DEFAULTS[key], DEFAULT_CONFIG))
-        effective = broker.topic_configs(topic).get(key, TOPIC_CONFIG_DEFAULTS[key])
+            value = overrides[key]
+        elif key in effective:
+            value = effective[key]
+        elif chain:
+            name, raw, _ = chain[0]
+            mult = dict(syns)[name]
+            value = raw if mult == 1 else str(int(raw) * mult)
+        else:
+            spec = TOPIC_CONFIG_KEYS.get(key)
+            value = spec.default if spec is not None else None
+        spec = TOPIC_CONFIG_KEYS.get(key)
+        sensitive = _sensitive(key)
         entry = R.DescribeConfigsResourceResult(
-            name=key, value=effective, read_only=False, config_source=chain[0][2], is_sensitive=False,
-            config_type=_TYPES.get(key, TYPE_LONG), documentation=None)
+            name=key, value=None if sensitive else value, read_only=False,
+            config_source=chain[0][2] if chain else DEFAULT_CONFIG, is_sensitive=sensitive,
+            config_type=_TYPE_IDS.get(spec.type, TYPE_STRING) if spec else TYPE_STRING, documentation=None)
         if synonyms:
-            entry.synonyms = [R.DescribeConfigsSynonym(name=n, value=v, source=s) for n, v, s in chain]
+            entry.synonyms = [R.DescribeConfigsSynonym(name=n, value=None if sensitive else v, source=s)
+                              for n, v, s in chain]
         out.append(entry)
     return out
 
 
-def _broker_entries(ctx, keys, synonyms: bool) -> list[R.DescribeConfigsResourceResult]:
-    cfg = ctx.broker.config
+def _broker_entries(ctx, per_broker: bool, keys, synonyms: bool) -> list[R.DescribeConfigsResourceResult]:
+    broker = ctx.broker
+    layers = broker_layers(broker)
+    if per_broker:
+        names = set(BROKER_DEFAULTS) | set(broker.config.props) | set(DYNAMIC_BROKER_CONFIGS)
+        for layer, _ in layers[:2]:
+            names |= set(layer)
+    else:
+        names = set(layers[1][0])
+        layers = [layers[1]]
     out = []
-    for key in sorted(set(BROKER_DEFAULTS) | set(cfg.props)):
-        if keys is not None and key not in keys:
+    for name in sorted(names):
+        if keys is not None and name not in keys:
             continue
-        source = STATIC_BROKER_CONFIG if key in cfg.props else DEFAULT_CONFIG
-        value = cfg.get(key)
+        chain = _chain(layers, broker_synonyms(name))
+        while chain and chain[0][0] != name:  # Kafka drops synonyms ranked above the key's own name
+            chain.pop(0)
+        value = chain[0][1] if chain else None
+        spec = DYNAMIC_BROKER_CONFIGS.get(name)
+        sensitive = _sensitive(name)
         entry = R.DescribeConfigsResourceResult(
-            name=key, value=value if value != "" else None, read_only=True, config_source=source,
-            is_sensitive=False, config_type=TYPE_STRING, documentation=None)
+            name=name, value=None if sensitive or value == "" else value, read_only=spec is None,
+            config_source=chain[0][2] if chain else DEFAULT_CONFIG, is_sensitive=sensitive,
+            config_type=_TYPE_IDS.get(spec.type, TYPE_STRING) if spec else TYPE_STRING, documentation=None)
         if synonyms:
-            entry.synonyms = [R.DescribeConfigsSynonym(name=key, value=entry.value, source=source)]
+            entry.synonyms = [R.DescribeConfigsSynonym(name=n, value=None if sensitive else v, source=s)
+                              for n, v, s in chain]
         out.append(entry)
     return out
 
@@ -90,11 +165,17 @@ async def handle(ctx, request: DescribeConfigsRequest) -> R:
                 continue
             result.configs = _topic_entries(ctx, res.resource_name, keys, request.include_synonyms)
         elif res.resource_type == BROKER:
-            if res.resource_name not in ("", str(ctx.broker.node_id)):
+            name = res.resource_name
+            if name and not name.lstrip("-").isdigit():
                 result.error_code = ErrorCode.INVALID_REQUEST
-                result.error_message = f"Unexpected broker id {res.resource_name}"
+                result.error_message = f"Broker id must be an integer, but it is: {name}"
                 continue
-            result.configs = _broker_entries(ctx, keys, request.include_synonyms)
+            if name and int(name) != ctx.broker.node_id:
+                result.error_code = ErrorCode.INVALID_REQUEST
+                result.error_message = (f"Unexpected broker id, expected {ctx.broker.node_id} or empty string, "
+                                        f"but received {name}")
+                continue
+            result.configs = _broker_entries(ctx, bool(name), keys, request.include_synonyms)
         else:
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = f"Unsupported resource type {res.resource_type}"

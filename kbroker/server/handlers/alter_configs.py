@@ -1,0 +1,26 @@
+"""AlterConfigs (API key 33), versions 0-2 (deprecated by Kafka in favour of IncrementalAlterConfigs).
+
+Behavior: each resource's dynamic configs are replaced by the ones in the request (keys not named are
+deleted), through the quorum controller as ConfigRecords; TOPIC (2) and BROKER (4, named ``""`` for the
+cluster default or this node's id) resources. Topic values are validated as Kafka does (INVALID_CONFIG;
+UNKNOWN_TOPIC_OR_PARTITION), broker values against the dynamic broker configs (INVALID_REQUEST); rules in
+``kbroker.controller.config_control``. ``validate_only`` checks without writing. Live logs pick the new
+values up when the records are applied.
+Version notes: v2 flexible.
+"""
+
+from __future__ import annotations
+
+from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.messages import AlterConfigsRequest, AlterConfigsResponse as R
+
+API_KEY = ApiKey.ALTER_CONFIGS
+VERSIONS = range(0, 3)
+
+
+async def handle(ctx, request: AlterConfigsRequest) -> R:
+    resources = [(r.resource_type, r.resource_name, [(c.name, c.value) for c in r.configs]) for r in request.resources]
+    results = ctx.broker.controller.alter_configs(resources, validate_only=request.validate_only)
+    return R(responses=[R.AlterConfigsResourceResponse(error_code=code, error_message=msg,
+                                                       resource_type=r.resource_type, resource_name=r.resource_name)
+                        for r, (code, msg) in zip(request.resources, results)])

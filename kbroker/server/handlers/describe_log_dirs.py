@@ -1,0 +1,52 @@
+"""DescribeLogDirs (API key 35), versions 1-5.
+
+Behavior: one result per ``log.dirs`` entry (absolute path) with the partitions stored there: size in bytes
+of their live segments, ``OffsetLag`` 0 (a leader's log end offset is never behind its high watermark) and
+``IsFutureKey`` false (kbroker does not move replicas between directories). ``Topics`` null lists every
+partition; otherwise only the named partitions found in a directory. A directory that cannot be read gets
+KAFKA_STORAGE_ERROR.
+Version notes: v2 flexible; v3 top-level ErrorCode; v4 TotalBytes/UsableBytes (from the file system);
+v5 IsCordoned (always false).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.errors import ErrorCode
+from kbroker.protocol.messages import DescribeLogDirsRequest, DescribeLogDirsResponse as R
+
+API_KEY = ApiKey.DESCRIBE_LOG_DIRS
+VERSIONS = range(1, 6)
+
+
+async def handle(ctx, request: DescribeLogDirsRequest) -> R:
+    lm = ctx.broker.log_manager
+    wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
+    by_dir: dict[str, dict[str, list[R.DescribeLogDirsPartition]]] = {}
+    for plog in lm.all_logs():
+        if plog.closed or (wanted is not None and (plog.topic, plog.partition) not in wanted):
+            continue
+        root = lm.log_dir_of(plog.topic, plog.partition)
+        if root is None:
+            continue
+        lag = max(0, plog.high_watermark - plog.log_end_offset)
+        by_dir.setdefault(os.path.abspath(root), {}).setdefault(plog.topic, []).append(
+            R.DescribeLogDirsPartition(partition_index=plog.partition, partition_size=plog.size_in_bytes,
+                                       offset_lag=lag, is_future_key=False))
+    resp = R()
+    for root in lm.log_dirs:
+        path = os.path.abspath(root)
+        result = R.DescribeLogDirsResult(log_dir=path)
+        try:
+            usage = shutil.disk_usage(path)
+            result.total_bytes, result.usable_bytes = usage.total, usage.free
+        except OSError:
+            result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+        topics = by_dir.get(path, {})
+        result.topics = [R.DescribeLogDirsTopic(name=name, partitions=sorted(parts, key=lambda p: p.partition_index))
+                         for name, parts in sorted(topics.items())]
+        resp.results.append(result)
+    return resp

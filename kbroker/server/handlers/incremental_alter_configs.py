@@ -1,0 +1,28 @@
+"""IncrementalAlterConfigs (API key 44), versions 0-1.
+
+Behavior: per resource, SET (0), DELETE (1), APPEND (2) and SUBTRACT (3) operations on its dynamic configs,
+written by the quorum controller as ConfigRecords; TOPIC (2) and BROKER (4, ``""`` = cluster default or this
+node's id) resources. APPEND/SUBTRACT work on list keys (``cleanup.policy``) and start from the default when
+the key has no value. Errors as Kafka's: INVALID_CONFIG for bad topic keys or values, UNKNOWN_TOPIC_OR_PARTITION,
+INVALID_REQUEST for duplicates, null values, non-dynamic or badly typed broker keys and unsupported resource
+types (BROKER_LOGGER included); rules in ``kbroker.controller.config_control``. ``validate_only`` checks
+without writing. Live logs pick the new values up when the records are applied.
+Version notes: v1 flexible.
+"""
+
+from __future__ import annotations
+
+from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.messages import IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse as R
+
+API_KEY = ApiKey.INCREMENTAL_ALTER_CONFIGS
+VERSIONS = range(0, 2)
+
+
+async def handle(ctx, request: IncrementalAlterConfigsRequest) -> R:
+    resources = [(r.resource_type, r.resource_name, [(c.name, c.config_operation, c.value) for c in r.configs])
+                 for r in request.resources]
+    results = ctx.broker.controller.incremental_alter_configs(resources, validate_only=request.validate_only)
+    return R(responses=[R.AlterConfigsResourceResponse(error_code=code, error_message=msg,
+                                                       resource_type=r.resource_type, resource_name=r.resource_name)
+                        for r, (code, msg) in zip(request.resources, results)])

@@ -1,0 +1,26 @@
+"""ListPartitionReassignments (API key 46), version 0.
+
+Behavior: the partitions whose replica set is being changed (adding or removing replicas in the metadata
+image), all of them when ``Topics`` is null or only the named partitions; unknown topics and partitions
+without a reassignment are left out. A single node never has one in progress, so the answer is empty.
+Version notes: v0 is flexible.
+"""
+
+from __future__ import annotations
+
+from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.messages import ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse as R
+
+API_KEY = ApiKey.LIST_PARTITION_REASSIGNMENTS
+VERSIONS = range(0, 1)
+
+
+async def handle(ctx, request: ListPartitionReassignmentsRequest) -> R:
+    wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
+    ongoing = ctx.broker.controller.list_partition_reassignments(wanted)
+    return R(error_message=None, topics=[
+        R.OngoingTopicReassignment(name=name, partitions=[
+            R.OngoingPartitionReassignment(partition_index=p.partition_id, replicas=list(p.replicas),
+                                           adding_replicas=list(p.adding_replicas),
+                                           removing_replicas=list(p.removing_replicas)) for p in parts])
+        for name, parts in ongoing])
