@@ -1,0 +1,60 @@
+"""Group coordinator settings: Kafka's broker keys, with Kafka's defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+OFFSETS_TOPIC = "__consumer_offsets"
+
+#: Kafka's defaults for the group coordinator keys (facts from Kafka's broker configuration docs).
+DEFAULTS: dict[str, int] = {
+    "offsets.topic.num.partitions": 50,
+    "offsets.topic.replication.factor": 3,
+    "offsets.topic.segment.bytes": 104857600,
+    "offsets.load.buffer.size": 5242880,
+    "offsets.retention.minutes": 10080,
+    "offsets.retention.check.interval.ms": 600000,
+    "offset.metadata.max.bytes": 4096,
+    "group.initial.rebalance.delay.ms": 3000,
+    "group.min.session.timeout.ms": 6000,
+    "group.max.session.timeout.ms": 1800000,
+    "group.max.size": 2147483647,
+}
+
+
+@dataclass(frozen=True)
+class GroupCoordinatorConfig:
+    offsets_topic_num_partitions: int = DEFAULTS["offsets.topic.num.partitions"]
+    offsets_topic_replication_factor: int = DEFAULTS["offsets.topic.replication.factor"]
+    offsets_topic_segment_bytes: int = DEFAULTS["offsets.topic.segment.bytes"]
+    offsets_retention_ms: int = DEFAULTS["offsets.retention.minutes"] * 60_000
+    offsets_retention_check_interval_ms: int = DEFAULTS["offsets.retention.check.interval.ms"]
+    offset_metadata_max_bytes: int = DEFAULTS["offset.metadata.max.bytes"]
+    group_initial_rebalance_delay_ms: int = DEFAULTS["group.initial.rebalance.delay.ms"]
+    group_min_session_timeout_ms: int = DEFAULTS["group.min.session.timeout.ms"]
+    group_max_session_timeout_ms: int = DEFAULTS["group.max.session.timeout.ms"]
+    group_max_size: int = DEFAULTS["group.max.size"]
+
+    @classmethod
+    def from_broker_config(cls, config: Any) -> GroupCoordinatorConfig:
+        """From a :class:`~kbroker.config.BrokerConfig` (keys the operator did not set keep Kafka's default)."""
+
+        def get(key: str) -> int:
+            value = config.props.get(key) if hasattr(config, "props") else None
+            if value is None or str(value).strip() == "":
+                return DEFAULTS[key]
+            return int(str(value).strip())
+
+        return cls(
+            offsets_topic_num_partitions=get("offsets.topic.num.partitions"),
+            offsets_topic_replication_factor=get("offsets.topic.replication.factor"),
+            offsets_topic_segment_bytes=get("offsets.topic.segment.bytes"),
+            offsets_retention_ms=get("offsets.retention.minutes") * 60_000,
+            offsets_retention_check_interval_ms=get("offsets.retention.check.interval.ms"),
+            offset_metadata_max_bytes=get("offset.metadata.max.bytes"),
+            group_initial_rebalance_delay_ms=get("group.initial.rebalance.delay.ms"),
+            group_min_session_timeout_ms=get("group.min.session.timeout.ms"),
+            group_max_session_timeout_ms=get("group.max.session.timeout.ms"),
+            group_max_size=get("group.max.size"),
+        )

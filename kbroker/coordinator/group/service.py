@@ -1,0 +1,378 @@
+"""``GroupCoordinator``: the broker-facing group coordinator service (asyncio side of the runtime).
+
+* Owns a :class:`~kbroker.coordinator.runtime.CoordinatorRuntime` whose shards are
+  :class:`~kbroker.coordinator.group.shard.GroupCoordinatorShard`, one per ``__consumer_offsets`` partition led
+  by this node; the records go to the partition logs through :class:`ReplicaManagerWriter`.
+* Creates ``__consumer_offsets`` on first use (:meth:`GroupCoordinator.ensure_offsets_topic`, called by
+  FindCoordinator): ``offsets.topic.num.partitions`` partitions, ``cleanup.policy=compact``, replication factor
+  ``offsets.topic.replication.factor`` capped at the number of live brokers (Kafka waits for enough brokers
+  instead; a single node could then never serve groups).
+* Follows the metadata image (a controller listener): partitions of the topic this node leads are loaded
+  (replayed from the log start; a new, empty partition is ready at once, others load in a task that yields
+  to the event loop between chunks), partitions it no longer leads are unloaded.
+* Maps a group id to its partition with Kafka's function (``abs(hashCode) % partitions``, over the topic's
+  actual partition count) and runs the shard operation; JoinGroup and SyncGroup await a future that the shard
+  completes when the rebalance moves on. Timers run on the event loop (``loop.call_later``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable
+
+from kbroker.controller.quorum_controller import CreateTopicSpec
+from kbroker.coordinator.group.config import OFFSETS_TOPIC, GroupCoordinatorConfig
+from kbroker.coordinator.group.records import GROUP_COORDINATOR_SERDE
+from kbroker.coordinator.group.shard import (
+    CommitPartition,
+    FetchedOffset,
+    GroupCoordinatorShard,
+    OffsetCommitInput,
+    RequestMeta,
+)
+from kbroker.coordinator.runtime import (
+    CoordinatorRuntime,
+    CoordinatorTimer,
+    CoordinatorWriteError,
+    Scheduler,
+    ShardState,
+    partition_for,
+)
+from kbroker.protocol.errors import ErrorCode, KafkaError
+from kbroker.protocol.messages import (
+    DeleteGroupsResponse,
+    DescribeGroupsResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    ListGroupsResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+
+log = logging.getLogger(__name__)
+
+
+class AsyncioScheduler:
+    """Wall clock and ``loop.call_later``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000)
+
+    def call_later(self, delay_ms: int, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        loop = self._loop or asyncio.get_running_loop()
+        return loop.call_later(max(0, delay_ms) / 1000, callback)
+
+
+class ReplicaManagerWriter:
+    """:class:`~kbroker.coordinator.runtime.PartitionWriter` over the broker's replica manager (duck-typed:
+    ``get_partition``, ``get_leader_partition``, ``append_records``)."""
+
+    def __init__(self, replica_manager: Any, topic: str) -> None:
+        self.replica_manager = replica_manager
+        self.topic = topic
+
+    def append(self, partition: int, records: bytes) -> int:
+        rm = self.replica_manager
+        part = rm.get_leader_partition(self.topic, partition)
+        try:
+            info = rm.append_records(part, memoryview(records), -1)
+        except OSError as exc:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from None
+        return info.first_offset
+
+    def read(self, partition: int, offset: int, max_bytes: int) -> bytes:
+        plog = self.replica_manager.get_partition(self.topic, partition).log
+        return plog.read(offset, max_bytes, None, True).read_bytes()
+
+    def log_start_offset(self, partition: int) -> int:
+        return self.replica_manager.get_partition(self.topic, partition).log.log_start_offset
+
+    def log_end_offset(self, partition: int) -> int:
+        return self.replica_manager.get_partition(self.topic, partition).log.log_end_offset
+
+
+def _join_error(code: int, member_id: str) -> JoinGroupResponse:
+    return JoinGroupResponse(error_code=code, generation_id=-1, protocol_type=None, protocol_name=None, leader="",
+                             member_id=member_id, members=[])
+
+
+#: OffsetCommit reports these append errors as INVALID_COMMIT_OFFSET_SIZE (the commit is too big to store).
+_COMMIT_TOO_LARGE = (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE)
+
+
+class GroupCoordinator:
+    """See the module docstring. ``controller`` needs ``image``, ``create_topics`` and ``add_listener``."""
+
+    def __init__(self, config: GroupCoordinatorConfig, node_id: int, controller: Any, replica_manager: Any,
+                 scheduler: Scheduler | None = None, topic: str = OFFSETS_TOPIC) -> None:
+        self.config = config
+        self.node_id = node_id
+        self.controller = controller
+        self.topic = topic
+        self.scheduler: Scheduler = scheduler or AsyncioScheduler()
+        self.writer = ReplicaManagerWriter(replica_manager, topic)
+        self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
+            self.writer, self.scheduler, self._build_shard, GROUP_COORDINATOR_SERDE,
+            name="group-coordinator")
+        self._load_tasks: dict[int, asyncio.Task[None]] = {}
+        self._started = False
+
+    @classmethod
+    def for_broker(cls, broker: Any) -> GroupCoordinator:
+        return cls(GroupCoordinatorConfig.from_broker_config(broker.config), broker.node_id, broker.controller,
+                   broker.replica_manager)
+
+    def _build_shard(self, partition: int, timer: CoordinatorTimer) -> GroupCoordinatorShard:
+        return GroupCoordinatorShard(partition, self.config, timer, self.scheduler.now_ms)
+
+    # ---- life cycle
+    def startup(self) -> None:
+        """Load the partitions of ``__consumer_offsets`` this node leads; follow metadata changes."""
+        self._started = True
+        self.controller.add_listener(self._on_metadata_update)
+        self._sync_with_image(self.controller.image)
+
+    def shutdown(self) -> None:
+        self._started = False
+        remove = getattr(self.controller, "remove_listener", None)
+        if remove is not None:
+            try:
+                remove(self._on_metadata_update)
+            except (KeyError, ValueError):
+                pass
+        for task in self._load_tasks.values():
+            task.cancel()
+        self._load_tasks.clear()
+        self.runtime.close()
+
+    def _on_metadata_update(self, old: Any, new: Any, *_: Any) -> None:
+        if self._started:
+            self._sync_with_image(new)
+
+    def _sync_with_image(self, image: Any) -> None:
+        topic = image.topics_by_name.get(self.topic)
+        led = set()
+        if topic is not None:
+            led = {p.partition_id for p in topic.partitions.values() if p.leader == self.node_id}
+        for partition in self.runtime.partitions():
+            if partition not in led:
+                log.info("group coordinator: no longer leading %s-%d; unloading", self.topic, partition)
+                task = self._load_tasks.pop(partition, None)
+                if task is not None:
+                    task.cancel()
+                self.runtime.unload(partition)
+        for partition in sorted(led):
+            if self.runtime.state_of(partition) is None:
+                self._schedule_load(partition)
+
+    def _schedule_load(self, partition: int) -> None:
+        try:
+            empty = self.writer.log_end_offset(partition) <= self.writer.log_start_offset(partition)
+        except KafkaError:
+            return  # the replica manager has not created the log yet; a later image will
+        steps = self.runtime.load_steps(partition)
+        if empty:
+            for _ in steps:
+                pass
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            for _ in steps:
+                pass
+            return
+        self._load_tasks[partition] = loop.create_task(self._load(partition, steps))
+
+    async def _load(self, partition: int, steps: Any) -> None:
+        try:
+            for _ in steps:
+                await asyncio.sleep(0)
+        finally:
+            self._load_tasks.pop(partition, None)
+
+    async def wait_loaded(self) -> None:
+        """Wait until no partition is loading (tests, start-up)."""
+        while self._load_tasks:
+            await asyncio.gather(*list(self._load_tasks.values()), return_exceptions=True)
+
+    # ---- the offsets topic
+    def num_partitions(self) -> int:
+        topic = self.controller.image.topics_by_name.get(self.topic)
+        if topic is not None and topic.partitions:
+            return len(topic.partitions)
+        return self.config.offsets_topic_num_partitions
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions())
+
+    def ensure_offsets_topic(self) -> int:
+        """Create ``__consumer_offsets`` if it does not exist; NONE, or COORDINATOR_NOT_AVAILABLE."""
+        image = self.controller.image
+        if self.topic in image.topics_by_name:
+            return ErrorCode.NONE
+        live = len(image.live_brokers()) if hasattr(image, "live_brokers") else 1
+        replication = max(1, min(self.config.offsets_topic_replication_factor, live))
+        spec = CreateTopicSpec(name=self.topic, num_partitions=self.config.offsets_topic_num_partitions,
+                               replication_factor=replication,
+                               configs={"cleanup.policy": "compact", "compression.type": "producer",
+                                        "segment.bytes": str(self.config.offsets_topic_segment_bytes)})
+        try:
+            result = self.controller.create_topics([spec])[0]
+        except Exception:
+            log.exception("creating %s failed", self.topic)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if result.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+            log.warning("creating %s failed: %s %s", self.topic, ErrorCode(result.error_code).name,
+                        result.error_message)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        log.info("created %s with %d partitions (replication factor %d)", self.topic,
+                 self.config.offsets_topic_num_partitions, replication)
+        return ErrorCode.NONE
+
+    def coordinator_state(self, group_id: str) -> int:
+        """NONE when this node serves ``group_id`` now, else NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS."""
+        try:
+            self.runtime.active_context(self.partition_for(group_id))
+        except KafkaError as exc:
+            return exc.code
+        return ErrorCode.NONE
+
+    # ---- classic group protocol
+    async def join_group(self, meta: RequestMeta, request: JoinGroupRequest) -> JoinGroupResponse:
+        fut: asyncio.Future[JoinGroupResponse] = asyncio.get_running_loop().create_future()
+
+        def respond(response: JoinGroupResponse) -> None:
+            if not fut.done():
+                fut.set_result(response)
+
+        try:
+            self.runtime.write(self.partition_for(request.group_id),
+                               lambda shard: shard.join_group(meta, request, respond))
+        except KafkaError as exc:
+            respond(_join_error(exc.code, request.member_id))
+        return await fut
+
+    async def sync_group(self, meta: RequestMeta, request: SyncGroupRequest) -> SyncGroupResponse:
+        fut: asyncio.Future[SyncGroupResponse] = asyncio.get_running_loop().create_future()
+
+        def respond(response: SyncGroupResponse) -> None:
+            if not fut.done():
+                fut.set_result(response)
+
+        try:
+            self.runtime.write(self.partition_for(request.group_id),
+                               lambda shard: shard.sync_group(meta, request, respond))
+        except KafkaError as exc:
+            respond(SyncGroupResponse(error_code=exc.code, assignment=b""))
+        return await fut
+
+    def heartbeat(self, meta: RequestMeta, group_id: str, generation_id: int, member_id: str,
+                  instance_id: str | None) -> int:
+        try:
+            return self.runtime.write(self.partition_for(group_id),
+                                      lambda shard: shard.heartbeat(meta, group_id, generation_id, member_id,
+                                                                    instance_id))
+        except KafkaError as exc:
+            return exc.code
+
+    def leave_group(self, meta: RequestMeta, group_id: str,
+                    members: list[tuple[str, str | None, str | None]]) -> tuple[int, list[int]]:
+        try:
+            result = self.runtime.write(self.partition_for(group_id),
+                                        lambda shard: shard.leave_group(meta, group_id, members))
+        except KafkaError as exc:
+            return exc.code, []
+        assert result is not None
+        return result
+
+    # ---- offsets
+    def commit_offsets(self, meta: RequestMeta, commit: OffsetCommitInput) -> list[CommitPartition]:
+        try:
+            result = self.runtime.write(self.partition_for(commit.group_id),
+                                        lambda shard: shard.commit_offsets(meta, commit))
+        except CoordinatorWriteError as exc:
+            code = ErrorCode.INVALID_COMMIT_OFFSET_SIZE if exc.append_error in _COMMIT_TOO_LARGE else exc.code
+            for p in commit.partitions:
+                if not p.error_code:
+                    p.error_code = code
+            return commit.partitions
+        except KafkaError as exc:
+            for p in commit.partitions:
+                if not p.error_code:
+                    p.error_code = exc.code
+            return commit.partitions
+        assert result is not None
+        return result
+
+    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                      require_stable: bool = False) -> tuple[int, list[FetchedOffset]]:
+        """(group error, offsets). ``require_stable`` needs no waiting: there are no pending transactional
+        offsets yet (UNSTABLE_OFFSET_COMMIT comes with TxnOffsetCommit)."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, []
+        try:
+            offsets = self.runtime.read(self.partition_for(group_id),
+                                        lambda shard: shard.fetch_offsets(group_id, topics))
+        except KafkaError as exc:
+            return exc.code, []
+        return ErrorCode.NONE, offsets
+
+    def delete_offsets(self, group_id: str,
+                       topics: list[tuple[str, list[int]]]) -> tuple[int, dict[tuple[str, int], int]]:
+        try:
+            result = self.runtime.write(self.partition_for(group_id),
+                                        lambda shard: shard.delete_offsets(group_id, topics))
+        except KafkaError as exc:
+            return exc.code, {}
+        assert result is not None
+        return result
+
+    # ---- admin
+    def list_groups(self, states: set[str] | None, types: set[str] | None) -> tuple[int, list[ListGroupsResponse.ListedGroup]]:
+        groups: list[ListGroupsResponse.ListedGroup] = []
+        error = ErrorCode.NONE
+        for partition in self.runtime.partitions():
+            state = self.runtime.state_of(partition)
+            if state is ShardState.LOADING:
+                error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                continue
+            if state is not ShardState.ACTIVE:
+                continue
+            groups.extend(self.runtime.read(partition, lambda shard: shard.list_groups(states, types)))
+        return error, groups
+
+    def describe_groups(self, group_ids: list[str], api_version: int,
+                        include_authorized_operations: bool) -> list[DescribeGroupsResponse.DescribedGroup]:
+        out = []
+        for group_id in group_ids:
+            try:
+                out.append(self.runtime.read(
+                    self.partition_for(group_id),
+                    lambda shard: shard.describe_group(group_id, api_version, include_authorized_operations)))
+            except KafkaError as exc:
+                out.append(DescribeGroupsResponse.DescribedGroup(
+                    error_code=exc.code, group_id=group_id,
+                    authorized_operations=-2147483648))
+        return out
+
+    def delete_groups(self, group_ids: list[str]) -> list[DeleteGroupsResponse.DeletableGroupResult]:
+        by_partition: dict[int, list[str]] = {}
+        for group_id in dict.fromkeys(group_ids):
+            by_partition.setdefault(self.partition_for(group_id), []).append(group_id)
+        results: dict[str, DeleteGroupsResponse.DeletableGroupResult] = {}
+        for partition, ids in by_partition.items():
+            try:
+                res = self.runtime.write(partition, lambda shard: shard.delete_groups(ids))
+                assert res is not None
+                for r in res:
+                    results[r.group_id] = r
+            except KafkaError as exc:
+                for group_id in ids:
+                    results[group_id] = DeleteGroupsResponse.DeletableGroupResult(group_id=group_id,
+                                                                                   error_code=exc.code)
+        return [results[g] for g in dict.fromkeys(group_ids)]
