@@ -33,6 +33,7 @@ class Broker:
 
     def __init__(self, config: BrokerConfig) -> None:
         from kbroker.controller.quorum_controller import QuorumController
+        from kbroker.coordinator.group.service import GroupCoordinator
         from kbroker.storage.log_manager import LogManager
 
         self.config = config
@@ -40,6 +41,7 @@ class Broker:
         self.controller = QuorumController(config)
         self.log_manager = LogManager(config.log_dirs, self.default_log_config())
         self.replica_manager = ReplicaManager(self)
+        self.group_coordinator = GroupCoordinator.for_broker(self)
         self.apis = Apis(self)
         self.connections: set[KafkaConnection] = set()
         self.servers: list[asyncio.AbstractServer] = []
@@ -116,6 +118,7 @@ class Broker:
         self.replica_manager.apply_image(self.controller.image)
         self.controller.add_listener(self.replica_manager.on_metadata_update)
         self.controller.add_listener(self._apply_config_changes)
+        self.group_coordinator.startup()  # loads __consumer_offsets partitions; follows metadata changes
         loop = asyncio.get_running_loop()
         controller_names = {n.upper() for n in self.config.get_list("controller.listener.names")}
         for lst in self.config.listeners:
@@ -172,6 +175,7 @@ class Broker:
                 await asyncio.wait_for(server.wait_closed(), 2)
             except (asyncio.TimeoutError, Exception):
                 pass
+        self.group_coordinator.shutdown()
         self.log_manager.shutdown()
         self.controller.shutdown()
         self._stopped.set()
