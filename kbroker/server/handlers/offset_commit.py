@@ -1,0 +1,55 @@
+"""OffsetCommit (API key 8), versions 2-9 (v10, topic ids, is not advertised).
+
+Behavior:
+* commits of a group member are checked like a heartbeat: UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
+  ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS while the group completes a rebalance; a commit with generation -1
+  and no member id (a consumer without group management, or the Admin client) is accepted while the group
+  is Empty and creates the group if needed; for an unknown group a commit with a generation gets
+  ILLEGAL_GENERATION (GROUP_ID_NOT_FOUND from v9);
+* per partition: UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist, OFFSET_METADATA_TOO_LARGE above
+  ``offset.metadata.max.bytes``; the other partitions are written to ``__consumer_offsets`` in one batch
+  (OffsetCommit records with offset, leader epoch, metadata and commit time);
+* if that write fails every partition gets the coordinator error (INVALID_COMMIT_OFFSET_SIZE when too large).
+Version notes:
+* v2-4: RetentionTimeMs (an explicit expire time when not -1); v6: committed leader epoch; v7: group instance
+  id; v8: flexible; v9: GROUP_ID_NOT_FOUND for unknown groups (KIP-848 member epochs come with part 2).
+"""
+
+from __future__ import annotations
+
+from kbroker.coordinator.group.shard import CommitPartition, OffsetCommitInput
+from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.errors import ErrorCode
+from kbroker.protocol.messages import OffsetCommitRequest, OffsetCommitResponse as R
+from kbroker.protocol.schema import ZERO_UUID
+from kbroker.server.handlers.join_group import request_meta
+
+API_KEY = ApiKey.OFFSET_COMMIT
+VERSIONS = range(2, 10)
+
+
+async def handle(ctx, request: OffsetCommitRequest) -> R:
+    version = ctx.api_version
+    image = ctx.broker.controller.image
+    parts: list[CommitPartition] = []
+    layout: list[tuple[str, list[CommitPartition]]] = []
+    for t in request.topics:
+        topic = image.topics_by_name.get(t.name)
+        error = ErrorCode.NONE if topic is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        topic_parts = []
+        for p in t.partitions:
+            cp = CommitPartition(topic=t.name, partition=p.partition_index, offset=p.committed_offset,
+                                 leader_epoch=p.committed_leader_epoch if version >= 6 else -1,
+                                 metadata=p.committed_metadata,
+                                 topic_id=topic.topic_id if topic is not None else ZERO_UUID, error_code=error)
+            topic_parts.append(cp)
+            parts.append(cp)
+        layout.append((t.name, topic_parts))
+    commit = OffsetCommitInput(
+        group_id=request.group_id, generation_id=request.generation_id_or_member_epoch,
+        member_id=request.member_id, group_instance_id=request.group_instance_id if version >= 7 else None,
+        retention_time_ms=request.retention_time_ms if version <= 4 else -1, partitions=parts)
+    ctx.broker.group_coordinator.commit_offsets(request_meta(ctx), commit)
+    return R(topics=[R.OffsetCommitResponseTopic(name=name, partitions=[
+        R.OffsetCommitResponsePartition(partition_index=cp.partition, error_code=cp.error_code) for cp in tps])
+        for name, tps in layout])
