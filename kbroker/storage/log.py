@@ -106,6 +106,22 @@ class FetchDataInfo:
         return b"".join(r.read_bytes() for r in self.regions)
 
 
+def _next_offset_of_file(path: Path, base_offset: int) -> int:
+    """Last offset + 1 of the whole batches in a segment file (``base_offset`` if it holds none)."""
+    end = base_offset
+    with open(path, "rb") as f:
+        pos = 0
+        while True:
+            head = os.pread(f.fileno(), BATCH_HEADER_SIZE, pos)
+            if len(head) < BATCH_HEADER_SIZE:
+                return end
+            h = BATCH_HEADER.unpack_from(head, 0)
+            if h[1] + LOG_OVERHEAD < BATCH_HEADER_SIZE:
+                return end
+            end = max(end, h[0] + h[6] + 1)
+            pos += h[1] + LOG_OVERHEAD
+
+
 def read_partition_metadata(dir: Path) -> bytes | None:
     """Topic id (16 bytes) from ``dir/partition.metadata``; None if absent. Raises ValueError if malformed."""
     try:
@@ -212,6 +228,8 @@ class PartitionLog:
         names = sorted(os.listdir(self.dir))
         for name in names:
             path = self.dir / name
+            if name.endswith(LOG_SUFFIX + SWAP_SUFFIX) and path.is_file():
+                continue  # an interrupted cleaner swap: completed below
             if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX, TMP_SUFFIX)) and path.is_file():
                 log.info("removing stray file %s", path)
                 path.unlink()
@@ -225,6 +243,7 @@ class PartitionLog:
             if dot and "." + ext in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and stem.isdigit() and stem not in stems_with_log:
                 (self.dir / name).unlink(missing_ok=True)
         bases.sort()
+        swapped = self._complete_swaps(bases)
 
         # Segments from the one holding the recovery point onwards are recovered after an unclean shutdown.
         recover_from = len(bases)
@@ -238,7 +257,7 @@ class PartitionLog:
                 log.warning("deleting segment %s after a corrupt one", seg.log_path)
                 seg.delete_files()
                 continue
-            need_recovery = i >= recover_from
+            need_recovery = i >= recover_from or base in swapped
             if not need_recovery and not seg.load():
                 log.info("%s: index missing or inconsistent, rebuilding", seg.log_path)
                 need_recovery = True
@@ -257,6 +276,33 @@ class PartitionLog:
             self._segments.append(LogSegment.create(self.dir, max(start_offset, 0), self.config, now))
             fsync_dir(self.dir)
         self._bases = [s.base_offset for s in self._segments]
+
+    def _complete_swaps(self, bases: list[int]) -> set[int]:
+        """Finish log-cleaner swaps cut short by a crash: each ``<base>.log.swap`` (already complete: it was
+        renamed from ``.cleaned`` after an fsync) replaces the segments whose base offsets fall in the offset
+        range it covers, then becomes ``<base>.log``. ``bases`` is updated in place; returns the swapped bases
+        (their indexes are rebuilt)."""
+        swapped: set[int] = set()
+        for name in sorted(os.listdir(self.dir)):
+            stem = name[: -len(LOG_SUFFIX + SWAP_SUFFIX)]
+            if not name.endswith(LOG_SUFFIX + SWAP_SUFFIX) or not (stem.isdigit() and len(stem) == 20):
+                continue
+            base = int(stem)
+            swap = self.dir / name
+            end = _next_offset_of_file(swap, base)
+            for old in [b for b in bases if base <= b < max(end, base + 1)]:
+                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    (self.dir / (f"{old:020d}" + suffix)).unlink(missing_ok=True)
+                bases.remove(old)
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                (self.dir / (f"{base:020d}" + suffix)).unlink(missing_ok=True)
+            os.replace(swap, self.dir / (f"{base:020d}" + LOG_SUFFIX))
+            log.info("%s: completed an interrupted cleaner swap of segment %d", self.dir, base)
+            bisect.insort(bases, base)
+            swapped.add(base)
+        if swapped:
+            fsync_dir(self.dir)
+        return swapped
 
     # -- simple properties --------------------------------------------------------------------------
 
@@ -630,6 +676,46 @@ class PartitionLog:
 
                 deleted += self._delete_prefix(over_size, now_ms)
         return deleted
+
+    def replace_segments(self, old: list[LogSegment], cleaned: object, now_ms: int | None = None) -> LogSegment:
+        """Swap a log-cleaner output in for ``old`` (consecutive closed segments of this log).
+
+        ``cleaned`` describes ``<base>.log.cleaned`` (attributes ``path``, ``base_offset``, ``next_offset``,
+        ``max_timestamp``, ``offset_of_max_timestamp``, ``first_batch_max_timestamp``, ``offset_index``,
+        ``time_index``; see ``kbroker.storage.cleaner.CleanedSegment``). Order, crash-safe: ``.cleaned`` ->
+        ``.swap`` (from here a restart completes the swap), the old segments are renamed ``.deleted`` and purged
+        after ``file.delete.delay.ms`` (in-flight fetches keep reading them), ``.swap`` -> ``.log``, then the
+        indexes are written. Raises ValueError, before touching any file, if ``old`` is no longer in the log."""
+        self._check_open()
+        now = _now_ms() if now_ms is None else now_ms
+        idx = next((i for i, s in enumerate(self._segments) if s is old[0]), -1)
+        if idx < 0 or len(self._segments) - 1 < idx + len(old) or any(
+                a is not b for a, b in zip(self._segments[idx: idx + len(old)], old)):
+            raise ValueError("the segments to replace are no longer in the log")
+        base = old[0].base_offset
+        if cleaned.base_offset != base:  # type: ignore[attr-defined]
+            raise ValueError("the cleaned segment does not start where the replaced ones do")
+        final = self.dir / (f"{base:020d}" + LOG_SUFFIX)
+        swap = final.with_name(final.name + SWAP_SUFFIX)
+        os.replace(cleaned.path, swap)  # type: ignore[attr-defined]
+        fsync_dir(self.dir)
+        due = now + self.config.file_delete_delay_ms
+        for seg in old:
+            seg.rename_to_deleted()
+            self._pending_deletes.append((due, seg))
+        os.replace(swap, final)
+        fsync_dir(self.dir)
+        seg = LogSegment.open(self.dir, base, self.config, now)
+        seg.offset_index.reset(list(cleaned.offset_index))  # type: ignore[attr-defined]
+        seg.time_index.reset(list(cleaned.time_index))  # type: ignore[attr-defined]
+        seg.next_offset = max(base, cleaned.next_offset)  # type: ignore[attr-defined]
+        seg.max_timestamp_so_far = cleaned.max_timestamp  # type: ignore[attr-defined]
+        seg.offset_of_max_timestamp_so_far = cleaned.offset_of_max_timestamp  # type: ignore[attr-defined]
+        seg.rolling_base_timestamp = cleaned.first_batch_max_timestamp  # type: ignore[attr-defined]
+        seg.flush()
+        self._segments[idx: idx + len(old)] = [seg]
+        self._bases = [s.base_offset for s in self._segments]
+        return seg
 
     def _delete_prefix(self, predicate: Callable[[LogSegment, LogSegment], bool], now_ms: int) -> int:
         victims: list[LogSegment] = []
