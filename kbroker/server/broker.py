@@ -50,6 +50,8 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self.bound_ports: dict[str, int] = {}
+        self.log_cleaner: Any = None
+        self.metrics: Any = None  # kbroker.server.metrics.BrokerMetrics when metrics.port is set
 
     # ---- configuration helpers ----
     def topic_defaults(self) -> dict[str, str]:
@@ -120,6 +122,7 @@ class Broker:
         self.controller.add_listener(self._apply_config_changes)
         self.group_coordinator.startup()  # loads __consumer_offsets partitions; follows metadata changes
         loop = asyncio.get_running_loop()
+        await self._start_metrics()
         controller_names = {n.upper() for n in self.config.get_list("controller.listener.names")}
         for lst in self.config.listeners:
             if lst.name in controller_names and "broker" in self.config.process_roles:
@@ -139,6 +142,7 @@ class Broker:
                 Endpoint(lst.name, lst.host, self.bound_ports.get(lst.name, lst.port), 0)
                 for lst in (self.advertised_listener(x.name) for x in self.config.advertised_listeners) if lst])
         self._tasks.append(loop.create_task(self._periodic()))
+        self._tasks.append(loop.create_task(self._clean_logs()))
         ports = ", ".join(f"{k}:{v}" for k, v in self.bound_ports.items())
         log.info("started (kbroker node %d, cluster %s, listeners %s)", self.node_id,
                  self.controller.image.cluster_id, ports)
@@ -163,6 +167,45 @@ class Broker:
             except Exception:
                 log.exception("periodic log maintenance failed")
 
+    async def _start_metrics(self) -> None:
+        from kbroker.server.metrics import BrokerMetrics, metrics_port
+
+        port = metrics_port(self)
+        if port is None:
+            return
+        from prometheus_client import disable_created_metrics
+
+        disable_created_metrics()
+        self.metrics = BrokerMetrics(self)
+        self.metrics.instrument(self.apis)
+        await self.metrics.start(self.config.get("metrics.host") or "0.0.0.0", port)
+
+    async def _clean_logs(self) -> None:
+        """The log cleaner: pick the filthiest compacted log, clean it in a worker thread, swap the result in
+        here on the event loop (``kbroker.storage.cleaner``); sleep ``log.cleaner.backoff.ms`` when idle."""
+        from kbroker.storage.cleaner import CleanerConfig, LogCleaner
+
+        self.log_cleaner = cleaner = LogCleaner(self.log_manager, CleanerConfig.from_props(self.broker_props()))
+        while True:
+            cleaner.config = CleanerConfig.from_props(self.broker_props())  # dynamic log.cleaner.* keys
+            task = None
+            try:
+                ltc = cleaner.grab_filthiest(int(time.time() * 1000))
+                if ltc is None:
+                    await asyncio.sleep(max(cleaner.config.backoff_ms, 10) / 1000)
+                    continue
+                task = cleaner.prepare(ltc, int(time.time() * 1000))
+                result = await asyncio.to_thread(cleaner.clean, task)
+                task = None
+                cleaner.install(result)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("log cleaner round failed")
+                if task is not None:
+                    cleaner.discard(task)
+                await asyncio.sleep(max(cleaner.config.backoff_ms, 10) / 1000)
+
     async def stop(self) -> None:
         for server in self.servers:
             server.close()
@@ -175,6 +218,8 @@ class Broker:
                 await asyncio.wait_for(server.wait_closed(), 2)
             except (asyncio.TimeoutError, Exception):
                 pass
+        if self.metrics is not None:
+            await self.metrics.close()
         self.group_coordinator.shutdown()
         self.log_manager.shutdown()
         self.controller.shutdown()

@@ -1,0 +1,245 @@
+"""Prometheus metrics with the names Kafka's metrics get through the Prometheus JMX exporter.
+
+Enabled by ``metrics.port`` (a kbroker key, unset by default: no endpoint; ``0`` picks a free port) and
+``metrics.host`` (default ``0.0.0.0``); ``GET /metrics`` on that port returns the text exposition format.
+Metrics are kept per broker in their own registry (``prometheus_client``):
+
+Counters, updated once per request (never per record):
+* ``kafka_server_brokertopicmetrics_messagesin_total{topic}``: records appended by Produce (from the batch
+  header's record count);
+* ``kafka_server_brokertopicmetrics_bytesin_total{topic}`` / ``..._bytesout_total{topic}``: record bytes
+  accepted by Produce / returned by Fetch;
+* ``kafka_network_requestmetrics_requests_total{request,version}``: requests per API and version;
+* ``kafka_network_requestmetrics_totaltimems{request}``: histogram of request time in milliseconds, from the
+  frame's arrival at the handler to its response being ready (long-polling fetches included, as in Kafka).
+
+Gauges, computed when scraped from the broker's own state (so the hot path pays nothing):
+* ``kafka_server_replicamanager_partitioncount`` / ``..._leadercount`` /
+  ``..._underreplicatedpartitions`` (led partitions whose ISR is smaller than their replica set);
+* ``kafka_log_log_size{topic,partition}``, ``kafka_log_log_logendoffset``, ``kafka_log_log_logstartoffset``,
+  ``kafka_log_log_numlogsegments``;
+* ``kafka_server_socketservermetrics_connection_count{listener}``: open client connections;
+* ``kafka_controller_kafkacontroller_activecontrollercount``;
+* ``kafka_log_logcleaner_cleaner_rounds_total`` (rounds completed by the log cleaner).
+
+The endpoint is served on the broker's event loop, so scrapes read consistent state without locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from typing import TYPE_CHECKING, Any, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.headers import peek_key_version
+
+if TYPE_CHECKING:
+    from kbroker.server.broker import Broker
+
+log = logging.getLogger(__name__)
+
+LATENCY_BUCKETS_MS = (0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000)
+_RECORDS_COUNT = struct.Struct(">i")  # batch header bytes 57..60
+_API_NAMES = {k.value: "".join(p.capitalize() for p in k.name.split("_")) for k in ApiKey}
+
+
+class _StateCollector:
+    """Gauges read from the broker when scraped."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Any]:
+        b = self.broker
+        parts = list(b.replica_manager.partitions.values())
+        led = [p for p in parts if p.leader == b.node_id]
+        yield GaugeMetricFamily("kafka_server_replicamanager_partitioncount", "Partitions on this broker",
+                                value=len(parts))
+        yield GaugeMetricFamily("kafka_server_replicamanager_leadercount", "Partitions this broker leads",
+                                value=len(led))
+        yield GaugeMetricFamily("kafka_server_replicamanager_underreplicatedpartitions",
+                                "Led partitions whose ISR is smaller than their replica set",
+                                value=sum(1 for p in led if len(p.isr) < len(p.replicas)))
+        size = GaugeMetricFamily("kafka_log_log_size", "Bytes in the partition's log segments",
+                                 labels=["topic", "partition"])
+        leo = GaugeMetricFamily("kafka_log_log_logendoffset", "Log end offset", labels=["topic", "partition"])
+        start = GaugeMetricFamily("kafka_log_log_logstartoffset", "Log start offset", labels=["topic", "partition"])
+        segments = GaugeMetricFamily("kafka_log_log_numlogsegments", "Segments", labels=["topic", "partition"])
+        for plog in b.log_manager.all_logs():
+            if plog.closed:
+                continue
+            labels = [plog.topic, str(plog.partition)]
+            size.add_metric(labels, plog.size_in_bytes)
+            leo.add_metric(labels, plog.log_end_offset)
+            start.add_metric(labels, plog.log_start_offset)
+            segments.add_metric(labels, plog.num_segments)
+        yield from (size, leo, start, segments)
+        conns = GaugeMetricFamily("kafka_server_socketservermetrics_connection_count", "Open client connections",
+                                  labels=["listener"])
+        counts: dict[str, int] = {}
+        for conn in list(b.connections):
+            counts[conn.listener_name] = counts.get(conn.listener_name, 0) + 1
+        for listener in sorted({lst.name for lst in b.config.listeners} | set(counts)):
+            conns.add_metric([listener], counts.get(listener, 0))
+        yield conns
+        yield GaugeMetricFamily("kafka_controller_kafkacontroller_activecontrollercount",
+                                "1 if this node is the active controller", value=1 if b.controller.is_active else 0)
+        cleaner = getattr(b, "log_cleaner", None)
+        if cleaner is not None:
+            yield CounterMetricFamily("kafka_log_logcleaner_cleaner_rounds", "Log cleaner rounds completed",
+                                      value=cleaner.rounds)
+
+
+class _InstrumentedHandler:
+    """A handler-table entry that counts record bytes around the real handler module."""
+
+    def __init__(self, module: Any, after: Any) -> None:
+        self._module = module
+        self._after = after
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+    async def handle(self, ctx: Any, request: Any) -> Any:
+        response = await self._module.handle(ctx, request)
+        try:
+            self._after(ctx, request, response)
+        except Exception:  # metrics must never fail a request
+            log.exception("metrics hook failed")
+        return response
+
+
+class BrokerMetrics:
+    """The broker's registry, the per-request hooks and the HTTP endpoint."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.messages_in = Counter("kafka_server_brokertopicmetrics_messagesin", "Records appended by Produce",
+                                   ["topic"], registry=r)
+        self.bytes_in = Counter("kafka_server_brokertopicmetrics_bytesin", "Record bytes accepted by Produce",
+                                ["topic"], registry=r)
+        self.bytes_out = Counter("kafka_server_brokertopicmetrics_bytesout", "Record bytes returned by Fetch",
+                                 ["topic"], registry=r)
+        self.requests = Counter("kafka_network_requestmetrics_requests", "Requests per API and version",
+                                ["request", "version"], registry=r)
+        self.request_time = Histogram("kafka_network_requestmetrics_totaltimems", "Request time in milliseconds",
+                                      ["request"], buckets=LATENCY_BUCKETS_MS, registry=r)
+        r.register(_StateCollector(broker))
+        self.server: asyncio.AbstractServer | None = None
+        self.port: int | None = None
+
+    # ---- hooks ----
+    def instrument(self, apis: Any) -> None:
+        """Wrap ``apis.handle_frame`` (request counts and times) and the Produce/Fetch handlers (bytes)."""
+        inner = apis.handle_frame
+
+        async def handle_frame(conn: Any, frame: bytes) -> Any:
+            started = time.monotonic()
+            try:
+                return await inner(conn, frame)
+            finally:
+                try:
+                    key, version, _ = peek_key_version(frame)
+                    name = _API_NAMES.get(key, str(key))
+                    self.requests.labels(name, str(version)).inc()
+                    self.request_time.labels(name).observe((time.monotonic() - started) * 1000)
+                except Exception:  # noqa: BLE001 - a frame too short to name
+                    pass
+
+        apis.handle_frame = handle_frame
+        if ApiKey.PRODUCE in apis.handlers:
+            apis.handlers[ApiKey.PRODUCE] = _InstrumentedHandler(apis.handlers[ApiKey.PRODUCE], self._after_produce)
+        if ApiKey.FETCH in apis.handlers:
+            apis.handlers[ApiKey.FETCH] = _InstrumentedHandler(apis.handlers[ApiKey.FETCH], self._after_fetch)
+
+    def _after_produce(self, ctx: Any, request: Any, response: Any) -> None:
+        if response is None:  # acks=0: nothing tells which partitions failed; count what was sent
+            sent = {(t.name, p.index): None for t in request.topic_data for p in t.partition_data}
+            errors: dict[tuple[str, int], int] = {k: 0 for k in sent}
+        else:
+            errors = {(t.name, p.index): p.error_code for t in response.responses for p in t.partition_responses}
+        image = self.broker.controller.image
+        for t in request.topic_data:
+            name = t.name
+            if not name and t.topic_id:
+                topic = image.topics_by_id.get(t.topic_id)
+                name = topic.name if topic is not None else ""
+            for p in t.partition_data:
+                if errors.get((t.name, p.index), 1) != 0 or not p.records:
+                    continue
+                records = p.records
+                self.bytes_in.labels(name).inc(len(records))
+                if len(records) >= 61:
+                    self.messages_in.labels(name).inc(_RECORDS_COUNT.unpack_from(records, 57)[0])
+
+    def _after_fetch(self, ctx: Any, request: Any, response: Any) -> None:
+        if response is None or getattr(request, "replica_id", -1) >= 0:
+            return
+        image = self.broker.controller.image
+        for t in response.responses:
+            total = 0
+            for p in t.partitions:
+                records = p.records
+                if isinstance(records, list):
+                    total += sum(len(r) for r in records)
+                elif records:
+                    total += len(records)
+            if total:
+                name = t.topic
+                if not name and t.topic_id:
+                    topic = image.topics_by_id.get(t.topic_id)
+                    name = topic.name if topic is not None else ""
+                self.bytes_out.labels(name).inc(total)
+
+    # ---- endpoint ----
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    async def start(self, host: str, port: int) -> None:
+        self.server = await asyncio.start_server(self._serve, host or None, port, reuse_address=True)
+        self.port = self.server.sockets[0].getsockname()[1]
+        log.info("metrics on http://%s:%d/metrics", host or "0.0.0.0", self.port)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            parts = head.split(b"\r\n", 1)[0].split()
+            path = parts[1].split(b"?", 1)[0] if len(parts) >= 2 else b""
+            if len(parts) >= 2 and parts[0] in (b"GET", b"HEAD") and path in (b"/metrics", b"/"):
+                body = self.render()
+                status, ctype = b"200 OK", CONTENT_TYPE_LATEST.encode()
+            else:
+                body, status, ctype = b"not found\n", b"404 Not Found", b"text/plain"
+            writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: " + ctype + b"\r\nContent-Length: "
+                         + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n")
+            if parts and parts[0] != b"HEAD":
+                writer.write(body)
+            await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            try:
+                await asyncio.wait_for(self.server.wait_closed(), 2)
+            except (asyncio.TimeoutError, Exception):
+                pass
+            self.server = None
+
+
+def metrics_port(broker: Broker) -> int | None:
+    """``metrics.port`` as an int, or None when the endpoint is off."""
+    raw = broker.config.get("metrics.port").strip()
+    return int(raw) if raw else None
