@@ -7,10 +7,19 @@ Behavior:
   header and CRC-32C without decompressing (CORRUPT_MESSAGE on a bad CRC, wrong magic or bad lengths);
   zstd needs v7+ (UNSUPPORTED_COMPRESSION_TYPE); a batch above ``max.message.bytes`` is MESSAGE_TOO_LARGE;
 * the batch is stored as sent; only its base offset and partition leader epoch are rewritten;
+* idempotent batches (producer id >= 0; a negative base sequence is INVALID_RECORD) go through the
+  partition's ProducerStateManager while offsets are assigned (kbroker/storage/producer_state.py, Kafka
+  4.3 rules): a retry of one of the producer's last 5 batches is answered NONE with the offsets it got
+  the first time and its original timestamp as log_append_time_ms, and is not written again; a gap or a
+  new epoch not starting at 0 is OUT_OF_ORDER_SEQUENCE_NUMBER; an older epoch is INVALID_PRODUCER_EPOCH
+  (every version: Kafka stopped returning PRODUCER_FENCED to Produce in 2.7); an unknown or expired
+  producer id is accepted at any sequence (Kafka 4.x never answers UNKNOWN_PRODUCER_ID here);
+* a request holding a transactional batch fails as a whole with TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+  when it has no transactional id, as in Kafka;
 * acks=-1 answers once the high watermark passes the batch; with one node that is right after the append.
 Version notes:
 * v8: record errors and error message; v10: CurrentLeader tag on leader errors; v13: topic ids.
-Skipped here (later issues): sequence checks for idempotent producers, transactional batches.
+Skipped here (later issues): transactional produce (requests with a transactional id are refused).
 """
 
 from __future__ import annotations
@@ -20,7 +29,13 @@ import logging
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import CorruptRecordError, ErrorCode, KafkaError
 from kbroker.protocol.messages import ProduceRequest, ProduceResponse
-from kbroker.protocol.records import RecordBatch, split_batches_strict
+from kbroker.protocol.records import (
+    ATTRIBUTES_OFFSET,
+    BATCH_HEADER_SIZE,
+    TRANSACTIONAL_FLAG,
+    RecordBatch,
+    split_batches_strict,
+)
 from kbroker.server.network import CloseConnection
 
 log = logging.getLogger(__name__)
@@ -49,9 +64,23 @@ def validate_batches(records, api_version: int, max_message_bytes: int) -> memor
         raise KafkaError(ErrorCode.INVALID_RECORD, "record count does not match the last offset delta")
     if batch.is_control:
         raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
+    if batch.has_producer_id and batch.base_sequence < 0:
+        raise KafkaError(ErrorCode.INVALID_RECORD,
+                         f"invalid sequence {batch.base_sequence} in a batch of producer {batch.producer_id}")
     if batch.size > max_message_bytes:
         raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE)
     return memoryview(records)
+
+
+def has_transactional_records(request: ProduceRequest) -> bool:
+    """Whether the first batch of any partition is transactional (Kafka's ``hasTransactionalRecords``)."""
+    for topic_data in request.topic_data:
+        for pdata in topic_data.partition_data:
+            records = pdata.records
+            if records is not None and len(records) >= BATCH_HEADER_SIZE:
+                if memoryview(records)[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
+                    return True
+    return False
 
 
 async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
@@ -61,6 +90,9 @@ async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
     image = broker.controller.image
     acks = request.acks
     resp = ProduceResponse()
+    # like Kafka: transactional data without a transactional id fails the whole request
+    request_error = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                     if request.transactional_id is None and has_transactional_records(request) else ErrorCode.NONE)
     for topic_data in request.topic_data:
         out_topic = ProduceResponse.TopicProduceResponse(name=topic_data.name, topic_id=topic_data.topic_id)
         resp.responses.append(out_topic)
@@ -77,6 +109,8 @@ async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
             try:
                 if acks not in (-1, 0, 1):
                     raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
+                if request_error:
+                    raise KafkaError(request_error)
                 if topic_error:
                     raise KafkaError(topic_error)
                 if request.transactional_id is not None:
