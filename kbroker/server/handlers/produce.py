@@ -4,7 +4,9 @@ Behavior:
 * acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS); acks=0 writes no response, and closes the
   connection instead when a partition failed, as Kafka does;
 * each partition must carry exactly one magic-2 batch (INVALID_RECORD otherwise), checked from its 61-byte
-  header and CRC-32C without decompressing (CORRUPT_MESSAGE on a bad CRC, wrong magic or bad lengths);
+  header and CRC-32C (CORRUPT_MESSAGE on a bad CRC, wrong magic or bad lengths); a compressed batch is
+  decompressed once by its codec library (no per-record decoding) and a payload that is not valid for the
+  codec is CORRUPT_MESSAGE;
   zstd needs v7+ (UNSUPPORTED_COMPRESSION_TYPE); a batch above ``max.message.bytes`` is MESSAGE_TOO_LARGE;
 * the batch is stored as sent; only its base offset and partition leader epoch are rewritten;
 * idempotent batches (producer id >= 0; a negative base sequence is INVALID_RECORD) go through the
@@ -34,6 +36,7 @@ from kbroker.protocol.records import (
     BATCH_HEADER_SIZE,
     TRANSACTIONAL_FLAG,
     RecordBatch,
+    decompress,
     split_batches_strict,
 )
 from kbroker.server.network import CloseConnection
@@ -69,7 +72,32 @@ def validate_batches(records, api_version: int, max_message_bytes: int) -> memor
                          f"invalid sequence {batch.base_sequence} in a batch of producer {batch.producer_id}")
     if batch.size > max_message_bytes:
         raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE)
+    if batch.compression:
+        check_compressed_payload(batch)
     return memoryview(records)
+
+
+# The smallest encoded record: length, attributes, timestamp delta, offset delta, key length, value length
+# and header count, one byte each.
+MIN_RECORD_SIZE = 7
+
+
+def check_compressed_payload(batch: RecordBatch) -> None:
+    """Decompress the records once (in the codec library, no per-record work) so a batch whose payload is
+    not valid for its codec never reaches the log; Kafka rejects those with CORRUPT_MESSAGE too.
+
+    The decompressed size must also be able to hold ``records_count`` records, else INVALID_RECORD.
+    """
+    payload = batch.buffer[BATCH_HEADER_SIZE:]
+    try:
+        plain = decompress(batch.compression, payload)
+    except CorruptRecordError:
+        raise
+    except Exception as exc:  # a codec library's own error type
+        raise CorruptRecordError(f"records do not decompress: {exc}") from None
+    if len(plain) < batch.records_count * MIN_RECORD_SIZE:
+        raise KafkaError(ErrorCode.INVALID_RECORD,
+                         f"{batch.records_count} records cannot fit in {len(plain)} decompressed bytes")
 
 
 def has_transactional_records(request: ProduceRequest) -> bool:
