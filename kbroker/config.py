@@ -56,6 +56,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "offsets.topic.replication.factor": "3",
     "transaction.state.log.num.partitions": "50",
     "group.initial.rebalance.delay.ms": "3000",
+    "producer.id.expiration.ms": "86400000",
+    "producer.id.expiration.check.interval.ms": "600000",
     "fetch.max.bytes": "57671680",
     "cluster.id": "",
 }

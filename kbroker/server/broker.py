@@ -39,7 +39,10 @@ class Broker:
         self.config = config
         self.node_id = config.node_id
         self.controller = QuorumController(config)
-        self.log_manager = LogManager(config.log_dirs, self.default_log_config())
+        self.log_manager = LogManager(
+            config.log_dirs, self.default_log_config(),
+            producer_id_expiration_ms=config.get_int("producer.id.expiration.ms"),
+            producer_id_expiration_check_interval_ms=config.get_int("producer.id.expiration.check.interval.ms"))
         self.replica_manager = ReplicaManager(self)
         self.group_coordinator = GroupCoordinator.for_broker(self)
         self.apis = Apis(self)
