@@ -38,10 +38,11 @@ case "$cmd" in
     exec "$VENV/bin/kbroker" "$@"
     ;;
   test)
-    setup_python test
+    setup_python test,spark
     command -v kcat >/dev/null || need_apt kcat
     command -v javac >/dev/null || need_apt openjdk-17-jdk-headless
     bash scripts/fetch_jars.sh
+    bash scripts/fetch_jars_spark.sh
     exec "$PY" -m pytest "$@"
     ;;
   bench)
