@@ -1,0 +1,447 @@
+"""Spark's own Kafka connector (spark-sql-kafka-0-10, Spark 4.0) against kbroker.
+
+Runs only when the connector jars are provided: ``KBROKER_SPARK_JARS`` = comma-separated jars (or
+directories of jars): spark-sql-kafka-0-10_2.13, spark-token-provider-kafka-0-10_2.13, kafka-clients 3.9.0
+(``scripts/fetch_jars_spark.sh`` puts it in .cache/jars-3.9/) and commons-pool2. Otherwise every test here
+is skipped with "Spark's Kafka connector jar is not provided (set KBROKER_SPARK_JARS)"; docs/spark.md says
+how to get the jars. The project never builds or ships the connector.
+
+Covered: the clickstream pipeline end to end (generator -> streaming job -> page-view-counts + Parquet ->
+batch recount over an exact offset range) with a restart from the checkpoint and exact row counts; the
+connector options subscribe, subscribePattern, assign, startingOffsets/endingOffsets (earliest, latest,
+JSON), startingTimestamp/startingOffsetsByTimestamp/endingOffsetsByTimestamp, includeHeaders,
+maxOffsetsPerTrigger, minPartitions, kafka.isolation.level=read_committed (over non-transactional data:
+kbroker has no transactions yet, so aborted-transaction filtering is not tested), failOnDataLoss after
+retention, writes with topic/partition/headers columns, trigger(availableNow=True), processingTime
+micro-batches and the continuous trigger.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import time
+import uuid
+from collections import Counter
+
+import pytest
+
+from compat_tests.clients import create_topic
+from compat_tests.spark import support
+from compat_tests.spark.support import of, spark_record
+
+pytestmark = pytest.mark.timeout(600)
+
+BASE_TS = 1_700_000_000_000
+WINDOW_MS = 60_000
+DELAY_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def spark():
+    support.connector_jars_or_skip()
+    return support.spark_session()
+
+
+@pytest.fixture(scope="module")
+def calls():
+    support.connector_jars_or_skip()
+    return support.make_spark_calls()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def kafka_reader(spark, bootstrap, **options):
+    r = spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        r = r.option(k, v if isinstance(v, str) else json.dumps(v))
+    return r
+
+
+def positions(df) -> list[tuple[str, int, int]]:
+    return sorted((r["topic"], r["partition"], r["offset"]) for r in df.select("topic", "partition", "offset").collect())
+
+
+def utc_ms(ts: dt.datetime) -> int:
+    if ts.tzinfo is None:
+        ts = ts.astimezone()
+    return int(ts.timestamp() * 1000)
+
+
+def produce(calls, bootstrap, topic, count, *, partitions=3, tag="spark", base_ts=BASE_TS, compression="lz4"):
+    """The Spark-calls driver's idempotent producer (kafka-clients 3.9.0): record i -> partition i % P,
+    timestamp base_ts + i, content spark_record(tag, i). Returns {(partition, offset): index}."""
+    args = ["produce", "--bootstrap", bootstrap, "--topic", topic, "--count", str(count), "--tag", tag,
+            "--compression", compression, "--partitions", str(partitions), "--base-ts", str(base_ts)]
+    acks = of(calls.run(args), "ack")
+    assert len(acks) == count and all("error" not in a for a in acks)
+    return {(a["partition"], a["offset"]): a["index"] for a in acks}
+
+
+# ============================================================================================ the pipeline
+
+
+def emitted_windows(events) -> Counter:
+    import generator
+
+    watermark = max(e["ts"] for e in events) - DELAY_MS
+    return Counter({k: v for k, v in generator.expected_counts(events).items() if k[0] + WINDOW_MS <= watermark})
+
+
+def test_pipeline_end_to_end_with_restart(spark, bootstrap_servers, tmp_path):
+    """generator -> stream_job (availableNow, maxOffsetsPerTrigger) -> page-view-counts and Parquet; stop;
+    more events; restart from the checkpoint. Every input record is read exactly once per query, every
+    closed window is written exactly once to both outputs with the exact count, the topic's records carry
+    key = page and the window header, and batch_job over the exact offset range recomputes the counts."""
+    import batch_job
+    import generator
+    import stream_job
+    import transforms
+
+    views, counts_topic = unique("page-views"), unique("page-view-counts")
+    generator.ensure_topic(bootstrap_servers, views, 3)
+    generator.ensure_topic(bootstrap_servers, counts_topic, 2)
+    events = generator.make_events(1500, step_ms=300, jitter_ms=4000, seed=21)  # 7.5 minutes of event time
+    first, second = events[:900], events[900:]
+    out, ckpt = str(tmp_path / "counts"), str(tmp_path / "ckpt")
+
+    def run(expected_rows: int) -> None:
+        rows = stream_job.read_page_views(spark, bootstrap_servers, topic=views, max_offsets_per_trigger=250)
+        queries = stream_job.start_pipeline(rows, checkpoint_dir=ckpt, trigger={"availableNow": True},
+                                            kafka_sink=stream_job.kafka_options(bootstrap_servers),
+                                            output_topic=counts_topic, parquet_dir=out,
+                                            query_prefix=unique("e2e"))
+        stream_job.await_queries(queries, 300)
+        for q in queries:
+            batches = [p for p in q.recentProgress if p["numInputRows"] > 0]
+            assert sum(p["numInputRows"] for p in q.recentProgress) == expected_rows, q.name
+            assert all(p["numInputRows"] <= 250 for p in batches) and len(batches) >= expected_rows // 250
+
+    def kafka_output():
+        df = kafka_reader(spark, bootstrap_servers, subscribe=counts_topic, includeHeaders="true").load()
+        return transforms.parse_count_records(df).collect()
+
+    def as_counter(rows) -> Counter:
+        return Counter({(int(dt.datetime.strptime(r["window_start"], "%Y-%m-%dT%H:%M:%SZ")
+                             .replace(tzinfo=dt.timezone.utc).timestamp() * 1000), r["page"]): r["views"]
+                        for r in rows})
+
+    acks1 = generator.publish(bootstrap_servers, first, topic=views)
+    run(len(first))
+    parquet1 = spark.read.parquet(out).collect()
+    kafka1 = kafka_output()
+    want1 = emitted_windows(first)
+    assert Counter({(utc_ms(r["window_start"]), r["page"]): r["views"] for r in parquet1}) == want1
+    assert len(parquet1) == len(want1) == len(kafka1)
+    assert as_counter(kafka1) == want1
+    assert all(r["key"] == r["page"] and r["window_header"] == f"{r['window_start']}/{r['window_end']}"
+               for r in kafka1)
+
+    acks2 = generator.publish(bootstrap_servers, second, topic=views)
+    run(len(second))  # restart: only the new records are read
+    parquet2 = spark.read.parquet(out).collect()
+    kafka2 = kafka_output()
+    want2 = emitted_windows(events)
+    assert len(parquet2) == len(want2) == len(kafka2), "a window was lost or written twice"
+    assert Counter({(utc_ms(r["window_start"]), r["page"]): r["views"] for r in parquet2}) == want2
+    assert as_counter(kafka2) == want2
+
+    # batch_job over the exact offset range the stream consumed
+    ends: dict[int, int] = {}
+    for p, o in acks1 + acks2:
+        ends[p] = max(ends.get(p, 0), o + 1)
+    rows = batch_job.read_range(spark, bootstrap_servers, topic=views,
+                                starting_offsets=batch_job.offsets_json(views, dict.fromkeys(ends, 0)),
+                                ending_offsets=batch_job.offsets_json(views, ends))
+    assert rows.count() == len(events)
+    recount = batch_job.recount(rows).collect()
+    assert Counter({(utc_ms(r["window_start"]), r["page"]): r["views"] for r in recount}) == \
+        generator.expected_counts(events)
+    # and only the first run's range recomputes the first run's windows
+    ends1: dict[int, int] = {}
+    for p, o in acks1:
+        ends1[p] = max(ends1.get(p, 0), o + 1)
+    rows1 = batch_job.read_range(spark, bootstrap_servers, topic=views, starting_offsets="earliest",
+                                 ending_offsets=batch_job.offsets_json(views, ends1))
+    assert rows1.count() == len(first)
+    got1 = Counter({(utc_ms(r["window_start"]), r["page"]): r["views"] for r in batch_job.recount(rows1).collect()})
+    assert Counter({k: got1[k] for k in want1}) == want1
+
+
+def test_stream_job_command_line(bootstrap_servers, tmp_path):
+    """The example's own entry points as a user runs them (separate Python processes, jars from
+    KBROKER_SPARK_JARS passed with --jars): generator, stream_job --trigger availableNow, batch_job."""
+    import subprocess
+    import sys
+
+    jars = ",".join(support.connector_jars_or_skip())
+    views, counts_topic = unique("page-views"), unique("page-view-counts")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env.pop(support.JARS_ENV, None)  # only --jars this time
+    py = sys.executable
+    ex = support.EXAMPLE_DIR
+    r = subprocess.run([py, str(ex / "generator.py"), "--bootstrap", bootstrap_servers, "--topic", views,
+                        "--count", "600", "--start-ms", str(BASE_TS), "--step-ms", "500"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    published = json.loads(r.stdout.strip().splitlines()[-1])
+    assert published["published"] == 600
+    r = subprocess.run([py, str(ex / "stream_job.py"), "--bootstrap", bootstrap_servers, "--input-topic", views,
+                        "--output-topic", counts_topic, "--checkpoint-dir", str(tmp_path / "ck"),
+                        "--parquet-dir", str(tmp_path / "out"), "--trigger", "availableNow", "--jars", jars],
+                       capture_output=True, text=True, timeout=400, env=env)
+    assert r.returncode == 0, r.stderr[-5000:]
+    ends = {int(p): o for p, o in published["end_offsets"].items()}
+    r = subprocess.run([py, str(ex / "batch_job.py"), "--bootstrap", bootstrap_servers, "--topic", views,
+                        "--starting-offsets", "earliest",
+                        "--ending-offsets", json.dumps({views: {str(p): o for p, o in ends.items()}}),
+                        "--jars", jars], capture_output=True, text=True, timeout=400, env=env)
+    assert r.returncode == 0, r.stderr[-5000:]
+    lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+    assert sum(x["views"] for x in lines) == 600
+    import generator
+
+    assert len(lines) == len(generator.expected_counts(generator.make_events(600, start_ms=BASE_TS, step_ms=500)))
+
+
+# ============================================================================================ source options
+
+
+def test_offsets_options_batch(spark, calls, bootstrap_servers):
+    """startingOffsets/endingOffsets as earliest, latest and per-partition JSON (-2/-1 included),
+    startingTimestamp, startingOffsetsByTimestamp and endingOffsetsByTimestamp: exactly the records in
+    the requested ranges, with the right content."""
+    topic = unique("spark-offsets")
+    create_topic(bootstrap_servers, topic, 3)
+    by_pos = produce(calls, bootstrap_servers, topic, 90)  # 30 per partition; p/offset j has ts BASE_TS+3j+p
+    everything = [(topic, p, o) for p in range(3) for o in range(30)]
+
+    df = kafka_reader(spark, bootstrap_servers, subscribe=topic).load()
+    assert positions(df) == everything
+    assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+    for r in df.collect():
+        key, value, _ = spark_record("spark", by_pos[(r["partition"], r["offset"])])
+        assert (None if r["key"] is None else bytes(r["key"])) == key and bytes(r["value"]) == value
+        assert utc_ms(r["timestamp"]) == BASE_TS + by_pos[(r["partition"], r["offset"])] and r["timestampType"] == 0
+
+    df = kafka_reader(spark, bootstrap_servers, subscribe=topic, startingOffsets={topic: {"0": 5, "1": -2, "2": 29}},
+                      endingOffsets={topic: {"0": 9, "1": 3, "2": -1}}).load()
+    assert positions(df) == [(topic, 0, o) for o in range(5, 9)] + [(topic, 1, o) for o in range(0, 3)] + \
+        [(topic, 2, 29)]
+    assert positions(kafka_reader(spark, bootstrap_servers, subscribe=topic, startingOffsets="latest").load()) == []
+
+    ts = BASE_TS + 3 * 7 + 1  # partition 1 has it at offset 7; partitions 0 and 2 next at 8 and 7
+    df = kafka_reader(spark, bootstrap_servers, subscribe=topic, startingTimestamp=str(ts)).load()
+    assert positions(df) == [(topic, 0, o) for o in range(8, 30)] + [(topic, 1, o) for o in range(7, 30)] + \
+        [(topic, 2, o) for o in range(7, 30)]
+    df = kafka_reader(spark, bootstrap_servers, subscribe=topic,
+                      startingOffsetsByTimestamp={topic: {"0": BASE_TS, "1": ts, "2": BASE_TS + 3 * 20 + 2}},
+                      endingOffsetsByTimestamp={topic: {"0": BASE_TS + 3, "1": BASE_TS + 3 * 9 + 1,
+                                                        "2": BASE_TS + 3 * 25 + 2}}).load()
+    assert positions(df) == [(topic, 0, 0)] + [(topic, 1, o) for o in (7, 8)] + [(topic, 2, o) for o in range(20, 25)]
+    # a timestamp after every record: the default strategy fails, "latest" starts at the end
+    with pytest.raises(Exception):  # noqa: B017 - a Py4J/Spark exception whose class depends on the version
+        kafka_reader(spark, bootstrap_servers, subscribe=topic, startingTimestamp=str(BASE_TS + 10_000)).load().count()
+    df = kafka_reader(spark, bootstrap_servers, subscribe=topic, startingTimestamp=str(BASE_TS + 10_000),
+                      startingOffsetsByTimestampStrategy="latest").load()
+    assert df.count() == 0
+
+
+def test_subscribe_pattern_assign_headers_min_partitions(spark, calls, bootstrap_servers):
+    """subscribePattern, assign (JSON), includeHeaders (order and content of every header) and minPartitions
+    (more Spark partitions than Kafka partitions, same records)."""
+    prefix = unique("spark-pat")
+    for name, parts in ((f"{prefix}-a", 2), (f"{prefix}-b", 3), (f"{prefix}x", 1)):
+        create_topic(bootstrap_servers, name, parts)
+    pos_a = produce(calls, bootstrap_servers, f"{prefix}-a", 20, partitions=2, tag="a")
+    pos_b = produce(calls, bootstrap_servers, f"{prefix}-b", 30, partitions=3, tag="b")
+    produce(calls, bootstrap_servers, f"{prefix}x", 5, partitions=1, tag="x")
+
+    df = kafka_reader(spark, bootstrap_servers, subscribePattern=f"{prefix}-.*", includeHeaders="true").load()
+    rows = df.collect()
+    assert sorted((r["topic"], r["partition"], r["offset"]) for r in rows) == sorted(
+        [(f"{prefix}-a", p, o) for p, o in pos_a] + [(f"{prefix}-b", p, o) for p, o in pos_b])
+    for r in rows:
+        tag, pos = ("a", pos_a) if r["topic"].endswith("-a") else ("b", pos_b)
+        _, _, headers = spark_record(tag, pos[(r["partition"], r["offset"])])
+        assert [(h["key"], bytes(h["value"])) for h in r["headers"]] == headers
+
+    df = kafka_reader(spark, bootstrap_servers, assign={f"{prefix}-b": [0, 2], f"{prefix}-a": [1]}).load()
+    assert positions(df) == sorted([(f"{prefix}-a", 1, o) for o in range(10)] +
+                                   [(f"{prefix}-b", p, o) for p in (0, 2) for o in range(10)])
+
+    df = kafka_reader(spark, bootstrap_servers, subscribe=f"{prefix}-b", minPartitions="7").load()
+    assert df.rdd.getNumPartitions() >= 7
+    assert positions(df) == sorted((f"{prefix}-b", p, o) for p, o in pos_b)
+
+
+def test_read_committed_over_non_transactional_data(spark, calls, bootstrap_servers, tmp_path):
+    """kafka.isolation.level=read_committed: without transactions the last stable offset is the high
+    watermark, so batch and streaming reads return every record (aborted transactions: not covered,
+    kbroker has no transactions yet)."""
+    topic = unique("spark-rc")
+    create_topic(bootstrap_servers, topic, 3)
+    by_pos = produce(calls, bootstrap_servers, topic, 60, compression="zstd")
+    df = kafka_reader(spark, bootstrap_servers, subscribe=topic, **{"kafka.isolation.level": "read_committed"}).load()
+    assert positions(df) == sorted((topic, p, o) for p, o in by_pos)
+    stream = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap_servers)
+              .option("subscribe", topic).option("startingOffsets", "earliest")
+              .option("kafka.isolation.level", "read_committed").load())
+    name = unique("rc").replace("-", "_")
+    q = stream.writeStream.format("memory").queryName(name).trigger(availableNow=True) \
+        .option("checkpointLocation", str(tmp_path / "ck")).start()
+    q.awaitTermination(240)
+    assert q.exception() is None
+    assert positions(spark.table(name)) == sorted((topic, p, o) for p, o in by_pos)
+
+
+def test_fail_on_data_loss_after_retention(spark, calls, kbroker_factory, tmp_path):
+    """Retention deleted the oldest segments: a batch read from offset 0 fails with failOnDataLoss=true
+    (the default) and, with false, returns exactly the records from the new log start; a streaming query
+    starting below the log start behaves the same way."""
+    broker = kbroker_factory({"log.retention.check.interval.ms": "300"})
+    bootstrap = broker.bootstrap
+    topic = unique("spark-loss")
+    create_topic(bootstrap, topic, 1, {"internal.segment.bytes": "8192", "retention.ms": "3600000"})
+    produce(calls, bootstrap, topic, 200, partitions=1, base_ts=int(time.time() * 1000) - 86_400_000)
+    deadline = time.monotonic() + 30
+    start = 0
+    while start == 0 and time.monotonic() < deadline:
+        events = calls.run(["plan", "--bootstrap", bootstrap, "--topic", topic])
+        start = next(e for e in of(events, "offsets") if e["spec"] == "earliest")["offsets"][f"{topic}-0"]["offset"]
+        time.sleep(0.3)
+    assert 0 < start < 200
+
+    from_zero = {"startingOffsets": {topic: {"0": 0}}, "endingOffsets": {topic: {"0": 200}}}
+    with pytest.raises(Exception, match="(?i)lost|out of range|OffsetOutOfRange"):
+        kafka_reader(spark, bootstrap, subscribe=topic, **from_zero).load().collect()
+    df = kafka_reader(spark, bootstrap, subscribe=topic, failOnDataLoss="false", **from_zero).load()
+    assert positions(df) == [(topic, 0, o) for o in range(start, 200)]
+
+    def stream(fail: str, ck: str):
+        s = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", topic).option("startingOffsets", json.dumps({topic: {"0": 0}}))
+             .option("failOnDataLoss", fail).load())
+        name = unique("loss").replace("-", "_")
+        q = s.writeStream.format("memory").queryName(name).trigger(availableNow=True) \
+            .option("checkpointLocation", str(tmp_path / ck)).start()
+        try:
+            q.awaitTermination(240)
+        except Exception:  # noqa: BLE001 - the failed query re-raises here; checked below
+            pass
+        return q, name
+
+    q, _ = stream("true", "ck1")
+    assert q.exception() is not None
+    q, name = stream("false", "ck2")
+    assert q.exception() is None
+    assert positions(spark.table(name)) == [(topic, 0, o) for o in range(start, 200)]
+
+
+# ============================================================================================ sink and triggers
+
+
+def test_write_with_topic_partition_and_headers_columns(spark, calls, bootstrap_servers):
+    """A batch write whose rows carry ``topic``, ``partition`` and ``headers`` columns (no topic option):
+    each row lands in its topic and partition with its headers, in order, duplicates kept."""
+    from pyspark.sql import types as T
+
+    t1, t2 = unique("spark-w1"), unique("spark-w2")
+    create_topic(bootstrap_servers, t1, 3)
+    create_topic(bootstrap_servers, t2, 2)
+    schema = T.StructType([T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
+                           T.StructField("key", T.StringType()), T.StructField("value", T.BinaryType()),
+                           T.StructField("headers", T.ArrayType(T.StructType([
+                               T.StructField("key", T.StringType()), T.StructField("value", T.BinaryType())])))])
+    rows = []
+    for i in range(40):
+        topic, parts = (t1, 3) if i % 2 == 0 else (t2, 2)
+        rows.append((topic, i % parts, f"k{i}", f"v{i}".encode(),
+                     [("i", str(i).encode()), ("dup", b"a"), ("dup", b"b"), ("bin", bytes([0, 255, i]))]))
+    spark.createDataFrame(rows, schema).coalesce(1).write.format("kafka") \
+        .option("kafka.bootstrap.servers", bootstrap_servers).save()
+
+    got = kafka_reader(spark, bootstrap_servers, subscribe=f"{t1},{t2}", includeHeaders="true").load().collect()
+    assert len(got) == 40
+    for r in got:
+        i = int(bytes(r["value"]).decode()[1:])
+        topic, partition, key, _, headers = rows[i]
+        assert (r["topic"], r["partition"], bytes(r["key"]).decode()) == (topic, partition, key)
+        assert [(h["key"], bytes(h["value"])) for h in r["headers"]] == headers
+    for t in (t1, t2):  # dense offsets per partition, in write order
+        by_part: dict = {}
+        for r in sorted((r for r in got if r["topic"] == t), key=lambda r: r["offset"]):
+            by_part.setdefault(r["partition"], []).append(r["offset"])
+        assert all(offs == list(range(len(offs))) for offs in by_part.values())
+
+
+def test_triggers_available_now_processing_time_and_continuous(spark, calls, bootstrap_servers, tmp_path):
+    """maxOffsetsPerTrigger splits an availableNow run into micro-batches of at most that many records;
+    a processingTime query picks up records produced while it runs; a continuous query copies records
+    from one topic to another with the Kafka sink."""
+    topic, copy = unique("spark-trig"), unique("spark-trig-copy")
+    create_topic(bootstrap_servers, topic, 2)
+    create_topic(bootstrap_servers, copy, 2)
+    by_pos = produce(calls, bootstrap_servers, topic, 50, partitions=2)
+
+    def source(**opts):
+        r = spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap_servers) \
+            .option("subscribe", topic).option("startingOffsets", "earliest")
+        for k, v in opts.items():
+            r = r.option(k, v)
+        return r.load()
+
+    name = unique("avail").replace("-", "_")
+    q = source(maxOffsetsPerTrigger="12").writeStream.format("memory").queryName(name) \
+        .trigger(availableNow=True).option("checkpointLocation", str(tmp_path / "ck1")).start()
+    q.awaitTermination(240)
+    assert q.exception() is None
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    assert sum(sizes) == 50 and max(sizes) <= 12 and len(sizes) >= 5, sizes
+    assert positions(spark.table(name)) == sorted((topic, p, o) for p, o in by_pos)
+
+    name = unique("ptime").replace("-", "_")
+    q = source().writeStream.format("memory").queryName(name).trigger(processingTime="500 milliseconds") \
+        .option("checkpointLocation", str(tmp_path / "ck2")).start()
+    try:
+        _wait_rows(spark, name, 50, q)
+        more = produce(calls, bootstrap_servers, topic, 20, partitions=2, tag="more", base_ts=BASE_TS + 1000)
+        _wait_rows(spark, name, 70, q)
+    finally:
+        q.stop()
+    assert positions(spark.table(name)) == sorted([(topic, p, o) for p, o in by_pos] + [(topic, p, o) for p, o in more])
+
+    cq = source().selectExpr("key", "value", "partition").writeStream.format("kafka") \
+        .option("kafka.bootstrap.servers", bootstrap_servers).option("topic", copy) \
+        .option("checkpointLocation", str(tmp_path / "ck3")).trigger(continuous="1 second").start()
+    try:
+        # the continuous query's long-running tasks hold both local cores, so watch the copy's end offsets
+        # with the driver instead of a Spark batch job (which would wait for a free core)
+        deadline = time.monotonic() + 120
+        n = 0
+        while time.monotonic() < deadline and n < 70:
+            time.sleep(1)
+            assert cq.exception() is None, cq.exception()
+            latest = next(e for e in of(calls.run(["plan", "--bootstrap", bootstrap_servers, "--topic", copy]),
+                                        "offsets") if e["spec"] == "latest")
+            n = sum(v["offset"] for v in latest["offsets"].values())
+    finally:
+        cq.stop()
+    copied = kafka_reader(spark, bootstrap_servers, subscribe=copy).load().collect()
+    assert len(copied) == 70
+    src = {(r["partition"], bytes(r["value"])) for r in kafka_reader(spark, bootstrap_servers, subscribe=topic).load().collect()}
+    assert {(r["partition"], bytes(r["value"])) for r in copied} == src
+
+
+def _wait_rows(spark, table: str, n: int, q, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if q.exception() is not None:
+            raise AssertionError(f"query failed: {q.exception()}")
+        if spark.table(table).count() >= n:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{table}: fewer than {n} rows after {timeout}s ({spark.table(table).count()})")
