@@ -1,0 +1,83 @@
+"""DescribeQuorum (API key 55), versions 0-2.
+
+Behavior: the metadata quorum of a combined broker+controller node is a quorum of one (see
+:mod:`kbroker.controller.quorum_controller`): this node is the leader and the only voter, in the controller's
+current leader epoch. The high watermark is the metadata log end offset (a quorum of one commits on its own
+fsync), which is also the voter's log end offset; its fetch and caught-up timestamps are "now", as Kafka's
+leader reports for itself. There are no observers. Only ``__cluster_metadata`` partition 0 exists: any other
+topic or partition in the request gets UNKNOWN_TOPIC_OR_PARTITION.
+Version notes: v1 adds the voters' last fetch / last caught-up timestamps; v2 adds the voters' directory ids,
+error messages and the ``Nodes`` list with each voter's controller listeners (none when the node has no
+listener named in ``controller.listener.names``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.errors import ErrorCode
+from kbroker.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
+from kbroker.protocol.schema import ZERO_UUID
+
+API_KEY = ApiKey.DESCRIBE_QUORUM
+VERSIONS = range(0, 3)
+
+METADATA_TOPIC = "__cluster_metadata"
+
+
+def _controller_listeners(ctx) -> list[DescribeQuorumResponse.Listener]:
+    broker = ctx.broker
+    names = {n.upper() for n in broker.config.get_list("controller.listener.names")}
+    out = []
+    for lst in broker.config.listeners:
+        if lst.name not in names:
+            continue
+        host = lst.host if lst.host not in ("", "0.0.0.0", "::") else socket.getfqdn()
+        port = broker.bound_ports.get(lst.name, lst.port)
+        out.append(DescribeQuorumResponse.Listener(name=lst.name, host=host, port=port))
+    return out
+
+
+def _metadata_directory_id(controller) -> bytes:
+    wanted = os.path.abspath(controller.metadata_dir)
+    for d, dir_id in controller.directory_ids.items():
+        if os.path.abspath(d) == wanted:
+            return dir_id
+    return ZERO_UUID
+
+
+async def handle(ctx, request: DescribeQuorumRequest) -> DescribeQuorumResponse:
+    v2 = ctx.api_version >= 2
+    controller = ctx.broker.controller
+    node_id = ctx.broker.node_id
+    now_ms = int(time.time() * 1000)
+    end_offset = controller.image.offset + 1
+    resp = DescribeQuorumResponse(error_code=ErrorCode.NONE, error_message=None if v2 else "")
+    for t in request.topics:
+        topic = DescribeQuorumResponse.TopicData(topic_name=t.topic_name)
+        for p in t.partitions:
+            part = DescribeQuorumResponse.PartitionData(partition_index=p.partition_index,
+                                                        error_message=None if v2 else "")
+            if t.topic_name != METADATA_TOPIC or p.partition_index != 0:
+                part.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                part.leader_id = -1
+                part.leader_epoch = -1
+                part.high_watermark = -1
+                if v2:
+                    part.error_message = "This is not the metadata topic partition"
+            else:
+                part.leader_id = node_id
+                part.leader_epoch = controller.leader_epoch
+                part.high_watermark = end_offset
+                part.current_voters = [DescribeQuorumResponse.ReplicaState(
+                    replica_id=node_id, replica_directory_id=_metadata_directory_id(controller),
+                    log_end_offset=end_offset, last_fetch_timestamp=now_ms, last_caught_up_timestamp=now_ms)]
+                part.observers = []
+            topic.partitions.append(part)
+        resp.topics.append(topic)
+    if v2:
+        resp.nodes = [DescribeQuorumResponse.Node(node_id=node_id, listeners=_controller_listeners(ctx))]
+    return resp
