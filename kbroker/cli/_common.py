@@ -1,0 +1,285 @@
+"""Shared plumbing of the ``kbroker-*`` operator tools (Kafka's ``kafka-*.sh`` counterparts).
+
+Every tool speaks the Kafka protocol only, so it works against any Kafka-compatible broker. What this
+module gives them:
+
+* :class:`ToolParser`: ``argparse`` with Kafka's habits: a bad argument prints the message and the usage
+  to stderr and exits with status 1 (Kafka's tools exit 1, not argparse's 2);
+* :class:`CliError`: raised for a clear, expected failure; :func:`run_tool` prints ``prog: message`` to
+  stderr and returns 1 (a Kafka-style prefix can be put in the message itself);
+* client configuration: ``--command-config``/``--producer.config`` property files, ``k=v`` lists, and
+  translation of the few Java client property names librdkafka spells differently;
+* :func:`admin_client`, :func:`check_reachable`: a confluent-kafka ``AdminClient`` with bounded timeouts, and a
+  metadata round trip that turns "no broker answers" into a clear error within ``timeout`` seconds;
+* :func:`kafka_table`: whitespace-aligned columns as Kafka's tools print them (``%-15s``-style minimum widths,
+  one space between columns), laid out with ``tabulate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+DEFAULT_TIMEOUT_S = 10.0
+"""Bound on waiting for a broker: connection, metadata and each admin request."""
+
+
+class CliError(Exception):
+    """A failure to report as one clear line on stderr, with exit status ``status``."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ToolParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` that exits with status 1 on a bad argument, as Kafka's tools do."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(1, f"{self.prog}: error: {message}\n")
+
+
+def timeout_from_env() -> float:
+    """``KBROKER_CLI_TIMEOUT_S`` overrides :data:`DEFAULT_TIMEOUT_S` (the tests use it to keep failures short)."""
+    try:
+        return float(os.environ.get("KBROKER_CLI_TIMEOUT_S", DEFAULT_TIMEOUT_S))
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+
+
+def run_tool(prog: str, body: Callable[[], int | None]) -> int:
+    """Run a tool's body; map :class:`CliError` and Ctrl-C to a message and an exit status."""
+    try:
+        return body() or 0
+    except CliError as exc:
+        print(f"{prog}: {exc}" if str(exc) else prog, file=sys.stderr)
+        return exc.status
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # e.g. `kbroker-console-consumer ... | head`
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at interpreter exit
+        except OSError:
+            pass
+        return 0
+
+
+# ------------------------------------------------------------------------------------------ properties
+
+
+def parse_properties_text(text: str) -> dict[str, str]:
+    """Java ``.properties`` subset: ``key=value`` or ``key: value`` lines, ``#``/``!`` comments."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if cut < 0:
+            out[line] = ""
+        else:
+            out[line[:cut].strip()] = line[cut + 1:].strip()
+    return out
+
+
+def load_properties(path: str | None) -> dict[str, str]:
+    """Properties from ``path`` (``None``: empty); a missing or unreadable file is a :class:`CliError`."""
+    if not path:
+        return {}
+    try:
+        return parse_properties_text(Path(path).read_text())
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def parse_kv(items: Iterable[str], what: str = "property", strip_values: bool = True) -> dict[str, str]:
+    """``["k=v", ...]`` -> dict. Whitespace around the key (and, with ``strip_values``, the value) is dropped."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"invalid {what} {item!r}: expected key=value")
+        out[key.strip()] = value.strip() if strip_values else value
+    return out
+
+
+# Java client property names that librdkafka spells differently (value transform, or None: drop it).
+_JAVA_TO_LIBRDKAFKA: dict[str, tuple[str, Callable[[str], str]] | None] = {
+    "max.request.size": ("message.max.bytes", str),
+    "buffer.memory": ("queue.buffering.max.kbytes", lambda v: str(max(1, int(v) // 1024))),
+    "key.serializer": None,
+    "value.serializer": None,
+    "key.deserializer": None,
+    "value.deserializer": None,
+    "max.block.ms": None,
+    "default.api.timeout.ms": None,
+    "max.partition.fetch.bytes": ("max.partition.fetch.bytes", str),
+    "fetch.max.wait.ms": ("fetch.wait.max.ms", str),
+    "partition.assignment.strategy": None,
+    "interceptor.classes": None,
+    "metric.reporters": None,
+}
+
+
+def to_librdkafka(props: Mapping[str, str]) -> dict[str, str]:
+    """Translate Java client property names to librdkafka's where they differ; drop Java-only ones."""
+    out: dict[str, str] = {}
+    for key, value in props.items():
+        if key in _JAVA_TO_LIBRDKAFKA:
+            rule = _JAVA_TO_LIBRDKAFKA[key]
+            if rule is None:
+                continue
+            name, conv = rule
+            try:
+                out[name] = conv(value)
+            except ValueError:
+                raise CliError(f"invalid value {value!r} for {key}") from None
+        else:
+            out[key] = value
+    return out
+
+
+# ------------------------------------------------------------------------------------------ confluent-kafka
+
+
+class _QuietLogger:
+    """librdkafka's log lines (connection refused, retries...) would drown the tools' own clear errors; they
+    are shown only with ``KBROKER_CLI_DEBUG=1``."""
+
+    def __init__(self) -> None:
+        self.verbose = bool(os.environ.get("KBROKER_CLI_DEBUG"))
+
+    def log(self, level: int, msg: str, *args: Any, **kwargs: Any) -> None:
+        if self.verbose:
+            print(msg % args if args else msg, file=sys.stderr)
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda msg, *a, **k: self.log(0, msg, *a, **k)
+
+
+def client_config(bootstrap: str | None, extra: Mapping[str, str] | None = None,
+                  timeout: float | None = None) -> dict[str, Any]:
+    """librdkafka configuration for a tool: bootstrap servers, bounded socket timeouts, quiet logs."""
+    timeout = timeout or timeout_from_env()
+    conf: dict[str, Any] = {"socket.timeout.ms": int(timeout * 1000), "logger": _QuietLogger(),
+                            "socket.connection.setup.timeout.ms": int(timeout * 1000)}
+    conf.update(to_librdkafka(extra or {}))
+    if bootstrap:
+        conf["bootstrap.servers"] = bootstrap
+    if not conf.get("bootstrap.servers"):
+        raise CliError("no bootstrap servers: use --bootstrap-server host:port")
+    return conf
+
+
+def admin_client(bootstrap: str | None, extra: Mapping[str, str] | None = None, timeout: float | None = None) -> Any:
+    """A confluent-kafka ``AdminClient``; an invalid configuration property is a :class:`CliError`."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        return AdminClient(client_config(bootstrap, extra, timeout))
+    except (KafkaException, ValueError, TypeError) as exc:
+        raise CliError(f"invalid client configuration: {kafka_error_text(exc)}") from None
+
+
+def check_reachable(client: Any, bootstrap: str, timeout: float | None = None) -> Any:
+    """One metadata round trip (``list_topics``); returns the metadata or raises a :class:`CliError` naming
+    the bootstrap servers when no broker answers within ``timeout`` seconds."""
+    from confluent_kafka import KafkaException
+
+    timeout = timeout or timeout_from_env()
+    try:
+        return client.list_topics(timeout=timeout)
+    except KafkaException as exc:
+        raise CliError(f"cannot reach a broker at {bootstrap} within {timeout:g} s "
+                       f"({kafka_error_text(exc)})") from None
+
+
+def kafka_error_text(exc: BaseException) -> str:
+    """The human part of a confluent-kafka exception (``KafkaError.str()``), else ``str(exc)``."""
+    args = getattr(exc, "args", ())
+    err = args[0] if args else None
+    if err is not None and hasattr(err, "str") and callable(err.str):
+        return err.str()
+    return str(exc)
+
+
+def kafka_error_name(exc: BaseException) -> str:
+    args = getattr(exc, "args", ())
+    err = args[0] if args else None
+    if err is not None and hasattr(err, "name") and callable(err.name):
+        return err.name()
+    return type(exc).__name__
+
+
+def result(future: Any, timeout: float | None = None) -> Any:
+    """``future.result(timeout)`` with a bound; a timeout is a :class:`CliError`."""
+    import concurrent.futures
+
+    timeout = timeout or timeout_from_env()
+    try:
+        return future.result(timeout=timeout)
+    except concurrent.futures.TimeoutError:
+        raise CliError(f"no answer from the broker within {timeout:g} s") from None
+
+
+# ------------------------------------------------------------------------------------------ output
+
+
+def _table_format(sep: str) -> Any:
+    from tabulate import DataRow, TableFormat
+
+    return TableFormat(lineabove=None, linebelowheader=None, linebetweenrows=None, linebelow=None,
+                       headerrow=DataRow("", sep, ""), datarow=DataRow("", sep, ""), padding=0, with_header_hide=None)
+
+
+def kafka_table(header: Sequence[str], rows: Iterable[Sequence[Any]], min_widths: Sequence[int],
+                sep: str = " ", strip: bool = True) -> list[str]:
+    """Lines of a table laid out like Kafka's ``printf("%-15s %-10s %s")`` output.
+
+    Column ``i`` is left-aligned, at least ``min_widths[i]`` wide (0: as wide as its longest cell), columns are
+    separated by ``sep`` (one space) and, with ``strip``, trailing blanks are dropped.
+    """
+    from tabulate import tabulate
+
+    def cell(v: Any) -> str:
+        return "-" if v is None else str(v)
+
+    head = [h.ljust(w) for h, w in zip(header, min_widths)]
+    body = [[cell(v) for v in row] for row in rows]
+    text = tabulate([head, *body], headers=(), tablefmt=_table_format(sep), disable_numparse=True,
+                    stralign="left", preserve_whitespace=True)
+    return [line.rstrip() if strip else line for line in text.splitlines()]
+
+
+def print_lines(lines: Iterable[str], file: Any = None) -> None:
+    out = file or sys.stdout
+    for line in lines:
+        print(line, file=out)
+
+
+def add_bootstrap(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument("--bootstrap-server", metavar="HOST:PORT", required=required,
+                        help="the Kafka server(s) to connect to (comma-separated host:port list)")
+
+
+def add_command_config(parser: argparse.ArgumentParser, name: str = "--command-config") -> None:
+    parser.add_argument(name, metavar="FILE", dest="command_config",
+                        help="property file with client configuration (e.g. security settings)")
+
+
+def version_string() -> str:
+    try:
+        from importlib.metadata import version
+
+        return f"kbroker {version('kbroker')}"
+    except Exception:  # noqa: BLE001 - not installed (source checkout)
+        return "kbroker (source checkout)"
+
+
+def add_version(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action="version", version=version_string(), help="display version and exit")

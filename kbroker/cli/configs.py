@@ -1,0 +1,272 @@
+"""``kbroker-configs``: describe and change topic and broker configs, like ``kafka-configs.sh``.
+
+    kbroker-configs --bootstrap-server localhost:9092 --entity-type topics --entity-name t --describe [--all]
+    kbroker-configs --bootstrap-server localhost:9092 --entity-type topics --entity-name t --alter \\
+        --add-config retention.ms=60000,cleanup.policy=[compact,delete] --delete-config segment.ms
+    kbroker-configs --bootstrap-server localhost:9092 --entity-type brokers --entity-default --describe
+    kbroker-configs --bootstrap-server localhost:9092 --broker 1 --alter --add-config log.retention.ms=3600000
+
+Output follows Kafka's ``ConfigCommand``: ``Dynamic configs for topic t are:`` then
+``  name=value sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:name=value, DEFAULT_CONFIG:...}`` per entry, and
+``Completed updating config for topic t.`` after an alter. Changes use IncrementalAlterConfigs
+(confluent-kafka's AdminClient); descriptions use DescribeConfigs with synonyms through kbroker's protocol
+codec, which keeps every synonym (several can share a name) and reaches the cluster-default broker resource.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any
+
+from kbroker.cli._common import (
+    CliError,
+    ToolParser,
+    add_command_config,
+    add_version,
+    admin_client,
+    kafka_error_text,
+    load_properties,
+    parse_properties_text,
+    result,
+    run_tool,
+)
+
+PROG = "kbroker-configs"
+
+# ConfigResource.Type codes and the dynamic source shown by --describe without --all.
+RESOURCE_TYPES = {"topics": 2, "brokers": 4, "broker-loggers": 8, "client-metrics": 16, "groups": 32}
+SINGULAR = {"topics": "topic", "brokers": "broker", "broker-loggers": "broker-logger",
+            "client-metrics": "client-metric", "groups": "group"}
+CONFIG_SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
+                  3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
+                  6: "DYNAMIC_BROKER_LOGGER_CONFIG", 7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG"}
+QUOTA_TYPES = ("users", "clients", "ips")
+OP_SET, OP_DELETE = 0, 1
+
+
+def build_parser() -> ToolParser:
+    p = ToolParser(prog=PROG, description="Add, remove and describe configs of topics and brokers.")
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT", help="the Kafka server(s) to connect to")
+    p.add_argument("--bootstrap-controller", metavar="HOST:PORT",
+                   help="a controller to connect to (kbroker nodes are combined: same as --bootstrap-server)")
+    add_command_config(p)
+    p.add_argument("--describe", action="store_true", help="list configs for the given entity")
+    p.add_argument("--alter", action="store_true", help="alter the configuration of the entity")
+    p.add_argument("--all", action="store_true", help="with --describe: every config, not only the dynamic ones")
+    p.add_argument("--entity-type", choices=[*RESOURCE_TYPES, *QUOTA_TYPES],
+                   help="type of entity (topics, brokers, broker-loggers, client-metrics, groups)")
+    p.add_argument("--entity-name", help="name of the entity (topic name, broker id, ...)")
+    p.add_argument("--entity-default", action="store_true", help="the cluster-wide default (brokers only)")
+    p.add_argument("--topic", help="shorthand for --entity-type topics --entity-name TOPIC")
+    p.add_argument("--broker", help="shorthand for --entity-type brokers --entity-name BROKER")
+    p.add_argument("--broker-defaults", action="store_true", help="shorthand for --entity-type brokers --entity-default")
+    p.add_argument("--broker-logger", help="shorthand for --entity-type broker-loggers --entity-name BROKER")
+    p.add_argument("--group", help="shorthand for --entity-type groups --entity-name GROUP")
+    p.add_argument("--add-config", metavar="K=V,K2=[V1,V2]", help="configs to set, comma-separated; list values "
+                                                                   "in square brackets")
+    p.add_argument("--add-config-file", metavar="FILE", help="a properties file of configs to set")
+    p.add_argument("--delete-config", action="append", default=[], metavar="K1,K2", help="configs to remove")
+    add_version(p)
+    return p
+
+
+def resolve_entity(p: ToolParser, a: Any) -> tuple[str, str | None]:
+    """(entity type, entity name or None for "all"); ``""`` is the cluster default."""
+    shorthands = [(a.topic, "topics"), (a.broker, "brokers"), (a.broker_logger, "broker-loggers"), (a.group, "groups")]
+    etype, name = a.entity_type, a.entity_name
+    for value, kind in shorthands:
+        if value is not None:
+            if etype and etype != kind:
+                p.error(f"--{SINGULAR[kind].replace('_', '-')} can't be combined with --entity-type {etype}")
+            etype, name = kind, value
+    if a.broker_defaults:
+        etype, a.entity_default = "brokers", True
+    if not etype:
+        p.error("an entity type must be specified with --entity-type (or --topic/--broker/--broker-defaults)")
+    if etype in QUOTA_TYPES:
+        raise CliError(f"entity type {etype} (client quotas and SCRAM credentials) is not supported by {PROG}")
+    if a.entity_default:
+        if etype != "brokers":
+            p.error("--entity-default is only valid with --entity-type brokers")
+        if name is not None:
+            p.error("--entity-name and --entity-default can't be used together")
+        name = ""
+    if etype in ("brokers", "broker-loggers") and name:
+        if not name.strip().isdigit():
+            p.error(f"The entity name for {etype} must be a valid integer broker id, but it is: {name}")
+    return etype, name
+
+
+def parse_add_config(text: str | None, file: str | None) -> dict[str, str]:
+    """Kafka's ``--add-config`` syntax: ``k=v,k2=[a,b]`` (commas inside [] belong to the value)."""
+    out: dict[str, str] = {}
+    if file:
+        try:
+            with open(file) as fh:
+                out.update(parse_properties_text(fh.read()))
+        except OSError as exc:
+            raise CliError(f"cannot read {file}: {exc.strerror or exc}") from None
+    if text:
+        lookahead = r"(?=[^\]]*(?:\[|$))"
+        for item in re.split("," + lookahead, text):
+            pair = re.split(r"\s*=\s*" + lookahead, item)
+            if len(pair) != 2:
+                raise CliError("requirement failed: Invalid entity config: all configs to be added must be in the "
+                               "format \"key=val\" or \"key=[val1,val2]\".")
+            out[pair[0].strip()] = re.sub(r"\[?\]?", "", pair[1]).strip()
+    return out
+
+
+class ConfigService:
+    def __init__(self, args: Any, etype: str, name: str | None) -> None:
+        from kbroker.cli._wire import WireClient
+
+        self.args = args
+        self.etype = etype
+        self.rtype = RESOURCE_TYPES[etype]
+        self.name = name
+        self.bootstrap = args.bootstrap_server or args.bootstrap_controller
+        self.props = load_properties(args.command_config)
+        self.wire = WireClient(self.bootstrap)
+
+    def close(self) -> None:
+        self.wire.close()
+
+    def _conn_for(self, name: str) -> Any:
+        if self.etype in ("brokers", "broker-loggers") and name:
+            return self.wire.node(int(name))
+        return self.wire.any_broker()
+
+    def entries(self, name: str, describe_all: bool) -> list[Any]:
+        """DescribeConfigs of one resource with synonyms, filtered as Kafka's ``getResourceConfig`` does."""
+        from kbroker.cli._wire import error_name
+        from kbroker.protocol.messages import DescribeConfigsRequest
+
+        req = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+            resource_type=self.rtype, resource_name=name, configuration_keys=None)], include_synonyms=True)
+        resp = self._conn_for(name).send(req)
+        res = resp.results[0]
+        if res.error_code:
+            what = f"{SINGULAR[self.etype]} '{name}'" if name else f"default {self.etype}"
+            raise CliError(f"cannot describe configs of {what}: {error_name(res.error_code)}"
+                           + (f" ({res.error_message})" if res.error_message else ""))
+        wanted: int | None
+        if describe_all:
+            wanted = None
+        elif self.etype == "brokers":
+            wanted = 3 if name == "" else 2
+        else:
+            wanted = {"topics": 1, "broker-loggers": 6, "client-metrics": 7, "groups": 8}[self.etype]
+        out = [c for c in res.configs if wanted is None or c.config_source == wanted]
+        return sorted(out, key=lambda c: c.name)
+
+    def entity_names(self) -> list[str]:
+        if self.name is not None:
+            return [self.name]
+        if self.etype == "topics":
+            from kbroker.protocol.messages import MetadataRequest
+
+            resp = self.wire.send(MetadataRequest(topics=None, allow_auto_topic_creation=False))
+            return sorted(t.name for t in resp.topics if t.name)
+        if self.etype in ("brokers", "broker-loggers"):
+            ids = [str(n) for n in sorted(self.wire.nodes())]
+            return ids + ([""] if self.etype == "brokers" else [])
+        raise CliError(f"--entity-name is required to describe {self.etype}")
+
+    def describe(self) -> None:
+        for name in self.entity_names():
+            entries = self.entries(name, self.args.all)
+            if name == "":
+                print(f"Default configs for {self.etype} in the cluster are:")
+            else:
+                kind = "All" if self.args.all else "Dynamic"
+                print(f"{kind} configs for {SINGULAR[self.etype]} {name} are:")
+            for c in entries:
+                syn = ", ".join(f"{CONFIG_SOURCES.get(s.source, s.source)}:{s.name}={_v(s.value)}" for s in c.synonyms)
+                print(f"  {c.name}={_v(c.value)} sensitive={str(c.is_sensitive).lower()} synonyms={{{syn}}}")
+
+    def alter(self) -> None:
+        a = self.args
+        if self.name is None:
+            raise CliError("--entity-name or --entity-default must be specified with --alter")
+        to_add = parse_add_config(a.add_config, a.add_config_file)
+        to_delete = [k.strip() for item in a.delete_config for k in item.split(",") if k.strip()]
+        if not to_add and not to_delete:
+            raise CliError("--add-config, --add-config-file or --delete-config must be specified with --alter")
+        if self.etype in ("topics", "brokers"):
+            current = {c.name for c in self.entries(self.name, describe_all=False)}
+            invalid = [k for k in to_delete if k not in current]
+            if invalid:
+                raise CliError(f"Error while executing config command : Invalid config(s): {','.join(invalid)}")
+        ops = [(k, OP_SET, v) for k, v in to_add.items()] + [(k, OP_DELETE, None) for k in to_delete]
+        if self.etype in ("topics", "brokers") and self.name != "":
+            self._alter_with_admin(ops)
+        else:
+            self._alter_with_wire(ops)
+        if self.name == "":
+            print(f"Completed updating default config for {self.etype} in the cluster.")
+        else:
+            print(f"Completed updating config for {SINGULAR[self.etype]} {self.name}.")
+
+    def _alter_with_admin(self, ops: list[tuple[str, int, str | None]]) -> None:
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+        admin = admin_client(self.bootstrap, self.props)
+        rtype = ResourceType.TOPIC if self.etype == "topics" else ResourceType.BROKER
+        entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET if op == OP_SET
+                               else AlterConfigOpType.DELETE) for k, op, v in ops]
+        res = ConfigResource(rtype, self.name, incremental_configs=entries)
+        futures = admin.incremental_alter_configs([res], request_timeout=10)
+        for fut in futures.values():
+            try:
+                result(fut)
+            except CliError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - KafkaException
+                raise CliError(f"Error while executing config command : {kafka_error_text(exc)}") from None
+
+    def _alter_with_wire(self, ops: list[tuple[str, int, str | None]]) -> None:
+        from kbroker.cli._wire import error_name
+        from kbroker.protocol.messages import IncrementalAlterConfigsRequest as Req
+
+        req = Req(resources=[Req.AlterConfigsResource(
+            resource_type=self.rtype, resource_name=self.name or "",
+            configs=[Req.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in ops])])
+        resp = self._conn_for(self.name or "").send(req)
+        for r in resp.responses:
+            if r.error_code:
+                raise CliError(f"Error while executing config command : {error_name(r.error_code)}"
+                               + (f": {r.error_message}" if r.error_message else ""))
+
+
+def _v(value: str | None) -> str:
+    return "null" if value is None else value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.describe == args.alter:
+        parser.error("Command must include exactly one action: --describe, --alter")
+    if not (args.bootstrap_server or args.bootstrap_controller):
+        parser.error("One of the required --bootstrap-server or --bootstrap-controller arguments must be specified")
+    if args.all and not args.describe:
+        parser.error("--all can only be used with --describe")
+    if args.describe and (args.add_config or args.add_config_file or args.delete_config):
+        parser.error("--add-config, --add-config-file and --delete-config can only be used with --alter")
+
+    def body() -> int:
+        etype, name = resolve_entity(parser, args)
+        svc = ConfigService(args, etype, name)
+        try:
+            svc.describe() if args.describe else svc.alter()
+        finally:
+            svc.close()
+        return 0
+
+    return run_tool(PROG, body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

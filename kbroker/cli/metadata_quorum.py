@@ -1,0 +1,158 @@
+"""``kbroker-metadata-quorum``: describe the KRaft metadata quorum, like ``kafka-metadata-quorum.sh``.
+
+    kbroker-metadata-quorum --bootstrap-server localhost:9092 describe --status
+    kbroker-metadata-quorum --bootstrap-server localhost:9092 describe --replication [--human-readable]
+
+Sends DescribeQuorum (API 55) for ``__cluster_metadata-0`` and the cluster id from Metadata through kbroker's
+protocol codec; prints Kafka 4.x's ``MetadataQuorumCommand`` layout (``ClusterId:``, ``LeaderId:``, ...,
+``CurrentVoters: [{"id": 1, "directoryId": "...", "endpoints": [...]}]``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from kbroker.cli._common import CliError, ToolParser, add_command_config, add_version, kafka_table, load_properties, run_tool
+
+PROG = "kbroker-metadata-quorum"
+METADATA_TOPIC = "__cluster_metadata"
+
+
+def build_parser() -> ToolParser:
+    p = ToolParser(prog=PROG, description="Describe the KRaft metadata quorum.")
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT", help="a broker to connect to")
+    p.add_argument("--bootstrap-controller", metavar="HOST:PORT",
+                   help="a controller to connect to (kbroker nodes are combined: same as --bootstrap-server)")
+    add_command_config(p)
+    add_version(p)
+    sub = p.add_subparsers(dest="command", metavar="{describe}", parser_class=ToolParser)
+    d = sub.add_parser("describe", help="describe the metadata quorum info")
+    g = d.add_mutually_exclusive_group(required=True)
+    g.add_argument("--status", action="store_true", help="a summary of the quorum state")
+    g.add_argument("--replication", action="store_true", help="the replication state of every replica")
+    d.add_argument("--human-readable", action="store_true", help="with --replication: timestamps as 'N ms ago'")
+    return p
+
+
+def _uuid(raw: bytes) -> str | None:
+    from kbroker.controller.uuids import ZERO_UUID, uuid_to_str
+
+    return None if raw == ZERO_UUID else uuid_to_str(raw)
+
+
+def describe_quorum(bootstrap: str) -> tuple[str, Any, Any, int]:
+    """(cluster id, partition data, response, version) of the metadata partition."""
+    from kbroker.cli._wire import WireClient, error_name
+    from kbroker.protocol.messages import DescribeQuorumRequest, MetadataRequest
+
+    with WireClient(bootstrap) as wire:
+        conn = wire.any_broker()
+        md = conn.send(MetadataRequest(topics=[], allow_auto_topic_creation=False))
+        version = conn.version_for(DescribeQuorumRequest)
+        req = DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
+            topic_name=METADATA_TOPIC, partitions=[DescribeQuorumRequest.PartitionData(partition_index=0)])])
+        resp = conn.send(req, version)
+    if resp.error_code:
+        raise CliError(f"DescribeQuorum failed: {error_name(resp.error_code)}"
+                       + (f" ({resp.error_message})" if resp.error_message else ""))
+    try:
+        part = resp.topics[0].partitions[0]
+    except IndexError:
+        raise CliError("DescribeQuorum returned no metadata partition") from None
+    if part.error_code:
+        raise CliError(f"DescribeQuorum failed: {error_name(part.error_code)}"
+                       + (f" ({part.error_message})" if part.error_message else ""))
+    return md.cluster_id or "", part, resp, version
+
+
+def voters_text(part: Any, resp: Any, version: int) -> str:
+    if version < 2:
+        return "[" + ",".join(str(v.replica_id) for v in part.current_voters) + "]"
+    endpoints = {n.node_id: [f"{lst.name}://{lst.host}:{lst.port}" for lst in n.listeners] for n in resp.nodes}
+    items = []
+    for v in part.current_voters:
+        items.append(f'{{"id": {v.replica_id}, "directoryId": {json.dumps(_uuid(v.replica_directory_id))}, '
+                     f'"endpoints": {json.dumps(endpoints.get(v.replica_id, []), separators=(", ", ": "))}}}')
+    return "[" + ", ".join(items) + "]"
+
+
+def observers_text(part: Any, version: int) -> str:
+    if version < 2:
+        return "[" + ",".join(str(v.replica_id) for v in part.observers) + "]"
+    items = [f'{{"id": {o.replica_id}, "directoryId": {json.dumps(_uuid(o.replica_directory_id))}}}'
+             for o in part.observers]
+    return "[" + ", ".join(items) + "]"
+
+
+def status(bootstrap: str) -> None:
+    cluster_id, part, resp, version = describe_quorum(bootstrap)
+    voters = list(part.current_voters)
+    leader = next((v for v in voters if v.replica_id == part.leader_id), None)
+    if leader is None or not voters:
+        raise CliError(f"the leader {part.leader_id} is not among the voters")
+    laggard = min(voters, key=lambda v: v.log_end_offset)
+    lag = leader.log_end_offset - laggard.log_end_offset
+    if laggard is leader:
+        lag_ms = 0
+    elif leader.last_caught_up_timestamp >= 0 and laggard.last_caught_up_timestamp >= 0:
+        lag_ms = leader.last_caught_up_timestamp - laggard.last_caught_up_timestamp
+    else:
+        lag_ms = -1
+    rows = [("ClusterId:", cluster_id), ("LeaderId:", part.leader_id), ("LeaderEpoch:", part.leader_epoch),
+            ("HighWatermark:", part.high_watermark), ("MaxFollowerLag:", lag), ("MaxFollowerLagTimeMs:", lag_ms),
+            ("CurrentVoters:", voters_text(part, resp, version)),
+            ("CurrentObservers:", observers_text(part, version))]
+    for name, value in rows:
+        print(f"{name:<24}{value}")
+
+
+def replication(bootstrap: str, human: bool) -> None:
+    _, part, _, version = describe_quorum(bootstrap)
+    now = int(time.time() * 1000)
+
+    def ts(v: int) -> str:
+        if v < 0:
+            return "-1"
+        return f"{now - v} ms ago" if human else str(v)
+
+    leader = next((v for v in part.current_voters if v.replica_id == part.leader_id), None)
+    ordered = ([(leader, "Leader")] if leader else []) + [
+        (v, "Follower") for v in part.current_voters if v is not leader] + [(o, "Observer") for o in part.observers]
+    header = ["NodeId", "DirectoryId", "LogEndOffset", "Lag", "LastFetchTimestamp", "LastCaughtUpTimestamp", "Status"]
+    rows = [[r.replica_id, _uuid(r.replica_directory_id) if version >= 2 else "AAAAAAAAAAAAAAAAAAAAAA",
+             r.log_end_offset, part.high_watermark - r.log_end_offset, ts(r.last_fetch_timestamp),
+             ts(r.last_caught_up_timestamp), status_] for r, status_ in ordered]
+    rows = [[("AAAAAAAAAAAAAAAAAAAAAA" if c is None else c) for c in row] for row in rows]
+    for line in kafka_table(header, rows, [0] * len(header), sep="\t", strip=False):
+        print(line + "\t")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command != "describe":
+        parser.error("a command is required: describe (--status | --replication)")
+    bootstrap = args.bootstrap_server or args.bootstrap_controller
+    if not bootstrap:
+        parser.error("one of --bootstrap-server or --bootstrap-controller must be specified")
+    if args.bootstrap_server and args.bootstrap_controller:
+        parser.error("only one of --bootstrap-server or --bootstrap-controller must be specified")
+    if args.human_readable and not args.replication:
+        parser.error("--human-readable is only valid with --replication")
+
+    def body() -> int:
+        load_properties(args.command_config)  # validated; the plain connection needs no client properties
+        if args.status:
+            status(bootstrap)
+        else:
+            replication(bootstrap, args.human_readable)
+        return 0
+
+    return run_tool(PROG, body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,203 @@
+"""``kbroker-storage``: format and inspect a node's log directories, like ``kafka-storage.sh``.
+
+    kbroker-storage random-uuid
+    kbroker-storage format -t <cluster-id> -c server.properties [--ignore-formatted] [--standalone]
+    kbroker-storage info -c server.properties
+
+``format`` writes ``meta.properties`` (``version=1``, ``cluster.id``, ``node.id``, a fresh ``directory.id``) into
+every ``log.dirs`` entry and the ``metadata.log.dir``: exactly what kbroker's controller writes on a first start
+and checks on every start, so a formatted node starts with the chosen cluster id. The metadata log itself (its
+bootstrap records: ``metadata.version`` 4.3-IV0 and ``group.version`` 1) is written by that first start;
+kbroker's metadata quorum is always the node itself, so ``--standalone``, ``--initial-controllers`` and
+``--no-initial-controllers`` are accepted and change nothing. ``info`` reports what is on disk.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from kbroker.cli._common import CliError, ToolParser, add_version, run_tool
+
+PROG = "kbroker-storage"
+METADATA_VERSION = "4.3-IV0"
+RELEASE_VERSIONS = {"4.3", "4.3-IV0", METADATA_VERSION}
+
+
+def build_parser() -> ToolParser:
+    p = ToolParser(prog=PROG, description="The Kafka storage tool (kbroker).")
+    add_version(p)
+    sub = p.add_subparsers(dest="command", metavar="{info,format,random-uuid}", parser_class=ToolParser)
+    info = sub.add_parser("info", help="get information about the log directories on this node")
+    fmt = sub.add_parser("format", help="format the log directories on this node")
+    sub.add_parser("random-uuid", help="print a random UUID")
+    for sp in (info, fmt):
+        sp.add_argument("--config", "-c", required=True, help="the server.properties file to use")
+    fmt.add_argument("--cluster-id", "-t", required=True, help="the cluster id to use")
+    fmt.add_argument("--ignore-formatted", "-g", action="store_true",
+                     help="skip directories that are already formatted instead of failing")
+    fmt.add_argument("--release-version", "-r", help=f"the metadata.version to bootstrap ({METADATA_VERSION})")
+    fmt.add_argument("--feature", "-f", action="append", default=[], metavar="NAME=LEVEL",
+                     help="a feature level to bootstrap (only the levels kbroker bootstraps are accepted)")
+    fmt.add_argument("--standalone", "-s", action="store_true", help="this node is the only voter (always true)")
+    fmt.add_argument("--initial-controllers", "-I", help="the initial voters; must be this node alone")
+    fmt.add_argument("--no-initial-controllers", "-N", action="store_true", help="accepted; changes nothing")
+    fmt.add_argument("--add-scram", "-S", action="append", default=[], help="not supported")
+    return p
+
+
+def load_config(path: str) -> Any:
+    from kbroker.config import BrokerConfig
+
+    try:
+        return BrokerConfig.from_file(path)
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def directories(config: Any) -> list[Path]:
+    """``log.dirs`` plus ``metadata.log.dir``, sorted and without duplicates (Kafka's order)."""
+    dirs = {str(d) for d in config.log_dirs}
+    if not dirs:
+        raise CliError("No log directories found in the configuration.")
+    dirs.add(str(config.metadata_log_dir))
+    return [Path(d) for d in sorted(dirs)]
+
+
+def format_command(args: Any) -> int:
+    from kbroker.controller.uuids import uuid_from_str
+    from kbroker.storage.log_manager import META_PROPERTIES_FILE, write_meta_properties
+
+    config = load_config(args.config)
+    if not config.process_roles:
+        raise CliError("The kafka configuration file appears to be for a legacy cluster. Formatting is only "
+                       "supported for clusters in KRaft mode.")
+    try:
+        uuid_from_str(args.cluster_id)
+    except ValueError as exc:
+        raise CliError(f"Cluster ID string {args.cluster_id} does not appear to be a valid UUID: {exc}") from None
+    try:
+        node_id = config.node_id
+    except ValueError:
+        raise CliError(f"The node.id must be set to a non-negative integer. We saw {config.get('node.id')!r}") from None
+    if node_id < 0:
+        raise CliError(f"The node.id must be set to a non-negative integer. We saw {node_id}")
+    if args.release_version and args.release_version not in RELEASE_VERSIONS:
+        raise CliError(f"kbroker bootstraps metadata.version {METADATA_VERSION}; release version "
+                       f"{args.release_version} is not supported")
+    for feature in args.feature:
+        name, _, level = feature.partition("=")
+        if (name.strip(), level.strip()) not in {("metadata.version", "30"), ("group.version", "1"),
+                                                 ("transaction.version", "0"), ("kraft.version", "0")}:
+            raise CliError(f"unsupported feature level {feature!r}: kbroker bootstraps metadata.version=30, "
+                           "group.version=1, transaction.version=0")
+    if args.add_scram:
+        raise CliError("--add-scram is not supported: kbroker has no SASL/SCRAM listener")
+    if args.initial_controllers:
+        voters = [v.strip() for v in args.initial_controllers.split(",") if v.strip()]
+        ids = {v.split("@", 1)[0].split("-", 1)[0] for v in voters}
+        if ids != {str(node_id)}:
+            raise CliError(f"kbroker's metadata quorum is the node itself: --initial-controllers must name only "
+                           f"node {node_id}, got {args.initial_controllers}")
+    dirs = directories(config)
+    metadata_dir = Path(config.metadata_log_dir)
+    todo = []
+    for d in dirs:
+        if (d / META_PROPERTIES_FILE).exists():
+            if not args.ignore_formatted:
+                raise CliError(f"Log directory {d} is already formatted. Use --ignore-formatted to ignore this "
+                               "directory and format the others.")
+            continue
+        todo.append(d)
+    if not todo:
+        print("All of the log directories are already formatted.")
+        return 0
+    for d in todo:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            write_meta_properties(d, cluster_id=args.cluster_id, node_id=node_id)
+        except OSError as exc:
+            raise CliError(f"Unable to create storage directory {d}: {exc.strerror or exc}") from None
+        kind = "metadata" if d == metadata_dir else "data"
+        print(f"Formatting {kind} directory {d} with metadata.version {METADATA_VERSION}.")
+    return 0
+
+
+def _props_text(props: dict[str, str]) -> str:
+    return "{" + ", ".join(f"{k}={v}" for k, v in sorted(props.items())) + "}"
+
+
+def info_command(args: Any) -> int:
+    from kbroker.storage.log_manager import META_PROPERTIES_FILE, read_meta_properties
+
+    config = load_config(args.config)
+    dirs = directories(config)
+    problems: list[str] = []
+    found: list[Path] = []
+    first: dict[str, str] | None = None
+    for d in dirs:
+        if not d.is_dir():
+            problems.append(f"{d} does not exist" if not d.exists() else f"{d} is not a directory")
+            continue
+        found.append(d)
+        props = read_meta_properties(d)
+        if props is None:
+            problems.append(f"{d} is not formatted.")
+            continue
+        if props.get("version") not in ("0", "1"):
+            problems.append(f"Unsupported version for {d / META_PROPERTIES_FILE}: {props.get('version')}")
+            continue
+        if first is None:
+            first = props
+        else:
+            same = {k: v for k, v in props.items() if k != "directory.id"}
+            ref = {k: v for k, v in first.items() if k != "directory.id"}
+            if same != ref:
+                problems.append(f"Metadata for {d / META_PROPERTIES_FILE} was {_props_text(props)}, but other "
+                                f"directories featured {_props_text(first)}")
+    if first is not None:
+        if config.process_roles and first.get("version") == "0":
+            problems.append("The kafka configuration file appears to be for a cluster in KRaft mode, but the "
+                            "directories are formatted for legacy mode.")
+        if first.get("node.id") not in (None, str(config.get("node.id"))):
+            problems.append(f"node.id {first.get('node.id')} in meta.properties does not match node.id "
+                            f"{config.get('node.id')} in {args.config}")
+    if found:
+        print("Found log directory:" if len(found) == 1 else "Found log directories:")
+        for d in found:
+            print(f"  {d}")
+        print()
+    if first is not None:
+        print(f"Found metadata: {_props_text(first)}")
+        print()
+    if problems:
+        print("Found problem:" if len(problems) == 1 else "Found problems:")
+        for problem in problems:
+            print(f"  {problem}")
+        print()
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.error("a command is required: info, format or random-uuid")
+
+    def body() -> int:
+        if args.command == "random-uuid":
+            from kbroker.controller.uuids import random_uuid, uuid_to_str
+
+            print(uuid_to_str(random_uuid()))
+            return 0
+        if args.command == "format":
+            return format_command(args)
+        return info_command(args)
+
+    return run_tool(PROG, body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
