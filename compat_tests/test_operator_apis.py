@@ -383,7 +383,11 @@ def test_compacted_topic_keeps_latest_value_per_key_at_original_offsets(kbroker_
                                 "delete.retention.ms": "300"})
     records = [(b"key-%02d" % (i % 15), b"value-%03d" % i) for i in range(150)]
     records += [(b"key-%02d" % k, None) for k in (3, 7)]  # tombstones
+    records.append((b"key-00", b"last-from-the-idempotent-producer"))
     delivered = _produce(bs, topic, records, partition=0, **{"enable.idempotence": True})
+    # another producer supersedes the idempotent producer's last record: the cleaner keeps that batch,
+    # empty, for the producer's sequence numbers, and consumers must step over it
+    delivered += _produce(bs, topic, [(b"key-00", b"final")], partition=0)
     latest = {m.key(): (m.offset(), m.value()) for m in delivered}
     time.sleep(0.6)  # past segment.ms: the next append rolls, so every test record sits in closed segments
     sentinel = _produce(bs, topic, [(b"sentinel", b"1")], partition=0)[0].offset()
@@ -398,6 +402,11 @@ def test_compacted_topic_keeps_latest_value_per_key_at_original_offsets(kbroker_
     assert kept == latest  # one record per key: the latest value, at the offset it was written to
     assert [o for _, o, _ in got] == sorted(o for _, o, _ in got)
     assert (b"sentinel", sentinel, b"1") in got
+    from compat_tests import wire
+
+    batches, _ = wire.read_log(bs, topic, 0)
+    idem_last = delivered[-2].offset()
+    assert [(b.count, b.crc_ok) for b in batches if b.base_offset <= idem_last <= b.last_offset] == [(0, True)]
 
     java = java_driver.run(["consume", "--bootstrap", bs, "--topic", topic, "--expect", str(len(got)),
                             "--timeout-ms", "20000"])
