@@ -421,6 +421,7 @@ class LogCleaner:
         self.log_manager = log_manager
         self.config = config or CleanerConfig()
         self.first_dirty: dict[tuple[str, int], int] = {}
+        self._owners: dict[tuple[str, int], PartitionLog] = {}  # which log a first dirty offset belongs to
         self.in_progress: set[tuple[str, int]] = set()
         self.rounds = 0
         self._load_checkpoints()
@@ -450,7 +451,11 @@ class LogCleaner:
             return None
         segs = plog.segments
         start, leo = plog.log_start_offset, plog.log_end_offset
-        first_dirty = self.first_dirty.get((plog.topic, plog.partition), start)
+        tp = (plog.topic, plog.partition)
+        if self._owners.setdefault(tp, plog) is not plog:  # deleted and re-created: a new log, all dirty
+            self._owners[tp] = plog
+            self.first_dirty.pop(tp, None)
+        first_dirty = self.first_dirty.get(tp, start)
         if first_dirty < start or first_dirty > leo:
             first_dirty = start
         bases = [s.base_offset for s in segs]

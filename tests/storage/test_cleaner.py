@@ -303,3 +303,19 @@ def test_compaction_matches_a_model(tmp_path_factory):
             lm.shutdown()
 
     check()
+
+
+def test_recreated_log_starts_dirty(manager):
+    plog = _log(manager)
+    for i in range(3):
+        _append(plog, [(b"k", b"%d" % i)], roll=True)
+    cleaner = LogCleaner(manager)
+    cleaner.clean_now(plog, NOW)
+    assert cleaner.first_dirty[("c", 0)] == 3
+    manager.delete_log("c", 0)
+    again = _log(manager)
+    for i in range(5):
+        _append(again, [(b"k", b"%d" % i)], roll=True)
+    assert cleaner.cleanable(again, NOW).first_dirty_offset == 0
+    cleaner.clean_now(again, NOW)
+    assert [v for _, _, v in _records(again)] == [b"4"]
