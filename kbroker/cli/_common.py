@@ -143,6 +143,15 @@ def to_librdkafka(props: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def require_plaintext(props: Mapping[str, str], what: str) -> None:
+    """The requests sent through kbroker's own codec use a plain TCP connection: refuse a client configuration
+    that asks for TLS or SASL instead of silently ignoring it."""
+    proto = props.get("security.protocol", "PLAINTEXT").strip().upper()
+    if proto != "PLAINTEXT":
+        raise CliError(f"{what} needs a PLAINTEXT listener: security.protocol={proto} is not supported by its "
+                       "protocol client")
+
+
 # ------------------------------------------------------------------------------------------ confluent-kafka
 
 

@@ -28,6 +28,7 @@ from kbroker.cli._common import (
     kafka_error_text,
     load_properties,
     parse_properties_text,
+    require_plaintext,
     result,
     run_tool,
 )
@@ -128,6 +129,7 @@ class ConfigService:
         self.name = name
         self.bootstrap = args.bootstrap_server or args.bootstrap_controller
         self.props = load_properties(args.command_config)
+        require_plaintext(self.props, "describing configs")
         self.wire = WireClient(self.bootstrap)
 
     def close(self) -> None:

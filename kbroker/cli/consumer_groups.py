@@ -33,6 +33,7 @@ from kbroker.cli._common import (
     kafka_error_text,
     kafka_table,
     load_properties,
+    require_plaintext,
     result,
     run_tool,
 )
@@ -411,6 +412,7 @@ class GroupService:
         from kbroker.cli._wire import WireClient, error_name
         from kbroker.protocol.messages import OffsetDeleteRequest as Req
 
+        require_plaintext(self.props, "--delete-offsets")
         gid = self.args.group[0]
         wanted: dict[str, set[int]] = {}
         status: dict[tuple[str, int], str] = {}

@@ -15,7 +15,16 @@ import sys
 import time
 from typing import Any
 
-from kbroker.cli._common import CliError, ToolParser, add_command_config, add_version, kafka_table, load_properties, run_tool
+from kbroker.cli._common import (
+    CliError,
+    ToolParser,
+    add_command_config,
+    add_version,
+    kafka_table,
+    load_properties,
+    require_plaintext,
+    run_tool,
+)
 
 PROG = "kbroker-metadata-quorum"
 METADATA_TOPIC = "__cluster_metadata"
@@ -144,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--human-readable is only valid with --replication")
 
     def body() -> int:
-        load_properties(args.command_config)  # validated; the plain connection needs no client properties
+        require_plaintext(load_properties(args.command_config), PROG)
         if args.status:
             status(bootstrap)
         else:

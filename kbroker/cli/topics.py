@@ -169,7 +169,8 @@ def parse_topic_configs(items: list[str]) -> dict[str, str]:
 class TopicService:
     def __init__(self, args: Any) -> None:
         self.args = args
-        self.admin = admin_client(args.bootstrap_server, load_properties(args.command_config))
+        self.props = load_properties(args.command_config)
+        self.admin = admin_client(args.bootstrap_server, self.props)
         check_reachable(self.admin, args.bootstrap_server)
 
     def all_topics(self, exclude_internal: bool) -> list[str]:
@@ -313,6 +314,8 @@ class TopicService:
         from kbroker.protocol.messages import DescribeTopicPartitionsRequest
 
         out: dict[tuple[str, int], tuple[list[int] | None, list[int] | None]] = {}
+        if self.props.get("security.protocol", "PLAINTEXT").strip().upper() != "PLAINTEXT":
+            return out  # the codec connection is plain TCP: leave the ELR columns at N/A
         try:
             with WireClient(self.args.bootstrap_server) as wire:
                 conn = wire.any_broker()

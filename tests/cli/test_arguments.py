@@ -195,3 +195,14 @@ def test_delete_records_json():
         delete_records.parse_offsets('{"partitions":[],"version":2}')
     with pytest.raises(CliError, match="JSON"):
         delete_records.parse_offsets("{")
+
+
+def test_codec_requests_refuse_tls_or_sasl_configs(run, tmp_path):
+    cfg = tmp_path / "client.properties"
+    cfg.write_text("security.protocol=SASL_SSL\n")
+    status, _, err = run(metadata_quorum.main, "--bootstrap-server", closed_port(), "--command-config", cfg,
+                         "describe", "--status")
+    assert status == 1 and "security.protocol=SASL_SSL is not supported" in err
+    status, _, err = run(configs.main, "--bootstrap-server", closed_port(), "--command-config", cfg,
+                         "--describe", "--topic", "t")
+    assert status == 1 and "PLAINTEXT" in err
