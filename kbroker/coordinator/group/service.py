@@ -273,12 +273,14 @@ class GroupCoordinator:
 
     def heartbeat(self, meta: RequestMeta, group_id: str, generation_id: int, member_id: str,
                   instance_id: str | None) -> int:
+        """A heartbeat while the group's partition loads is answered NONE, as Kafka does: the member keeps
+        its place and learns about anything else once the group is loaded."""
         try:
             return self.runtime.write(self.partition_for(group_id),
                                       lambda shard: shard.heartbeat(meta, group_id, generation_id, member_id,
                                                                     instance_id))
         except KafkaError as exc:
-            return exc.code
+            return ErrorCode.NONE if exc.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS else exc.code
 
     def leave_group(self, meta: RequestMeta, group_id: str,
                     members: list[tuple[str, str | None, str | None]]) -> tuple[int, list[int]]:
