@@ -7,7 +7,8 @@ committed as JSON lines. Checks:
 
 * N members of one group over a 12-partition topic consume every record exactly once (Java, confluent-kafka,
   kafka-python, aiokafka), and the committed offsets then equal the log end offsets;
-* two groups on one topic each receive every record;
+* two groups on one topic each receive every record; a mixed group of Java and librdkafka members;
+* the client-side assignors (roundrobin, sticky, cooperative-sticky) work unchanged;
 * a member that leaves, and one killed with -9, make the group rebalance; nothing is lost, and records
   are processed twice only if the killed member processed them without committing;
 * a static member (``group.instance.id``) restarted within its session timeout gets its partitions back
@@ -426,6 +427,51 @@ def test_leave_and_kill_rebalance_without_losing_records(client, request, member
     dupes = {k for k, n in counts.items() if n > 1}
     assert dupes <= uncommitted_b, f"records processed twice although committed: {sorted(dupes - uncommitted_b)[:5]}"
     c.stop()
+
+
+ASSIGNORS = [("java", "roundrobin"), ("java", "sticky"), ("java", "cooperative-sticky"),
+             ("confluent", "roundrobin"), ("confluent", "cooperative-sticky"), ("kafka-python", "roundrobin"),
+             ("aiokafka", "roundrobin")]
+
+
+@pytest.mark.parametrize("client,assignor", ASSIGNORS, ids=[f"{c}-{a}" for c, a in ASSIGNORS])
+def test_client_side_assignors(client, assignor, request, members, bootstrap_servers):
+    """The assignment is the clients' business: other assignors (and the cooperative protocol, which rebalances
+    twice) work unchanged; a member leaving hands its partitions to the others."""
+    driver = driver_for(client, request)
+    topic = new_topic(bootstrap_servers)
+    group = unique(f"assignor-{client}-{assignor}")
+    expected = produce(bootstrap_servers, topic, 120)
+    ms = [members(client, bootstrap_servers, group, [topic], driver=driver, assignor=assignor) for _ in range(3)]
+    wait_consumed(ms, expected)
+    wait_assignment(ms, topic)
+    ms[0].stop()
+    wait_assignment(ms[1:], topic, timeout=30)
+    expected.update(produce(bootstrap_servers, topic, 120, start=120))
+    wait_consumed(ms, expected)
+    counts = processed(ms)
+    assert set(counts) == set(expected) and max(counts.values()) == 1
+    for m in ms[1:]:
+        m.stop()
+
+
+def test_mixed_group_java_and_librdkafka(group_driver, members, bootstrap_servers):
+    """Java and librdkafka members (both with the range assignor) share one group's partitions."""
+    client_available("confluent")
+    topic = new_topic(bootstrap_servers)
+    group = unique("mixed")
+    expected = produce(bootstrap_servers, topic, 240)
+    ms = [members("java", bootstrap_servers, group, [topic], driver=group_driver),
+          members("confluent", bootstrap_servers, group, [topic]),
+          members("java", bootstrap_servers, group, [topic], driver=group_driver),
+          members("confluent", bootstrap_servers, group, [topic])]
+    wait_consumed(ms, expected)
+    wait_assignment(ms, topic)
+    assert sorted(len(m.assignment()) for m in ms) == [3, 3, 3, 3]
+    counts = processed(ms)
+    assert set(counts) == set(expected) and max(counts.values()) == 1
+    for m in ms:
+        m.stop()
 
 
 @pytest.mark.parametrize("client", MEMBER_CLIENTS)
