@@ -8,7 +8,6 @@ import pytest
 
 from kbroker.coordinator.group.records import (
     group_metadata_record,
-    group_metadata_tombstone,
     offset_commit_record,
     offset_commit_tombstone,
 )
@@ -24,7 +23,7 @@ from kbroker.coordinator.runtime import (
     java_string_hash,
     partition_for,
 )
-from kbroker.protocol.coordinator_records import GroupMetadataValue, OffsetCommitKey, OffsetCommitValue
+from kbroker.protocol.coordinator_records import GroupMetadataValue, OffsetCommitKey
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.records import build_batch
 from tests.coordinator.support import SERDE
