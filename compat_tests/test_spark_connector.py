@@ -275,8 +275,10 @@ def test_subscribe_pattern_assign_headers_min_partitions(spark, calls, bootstrap
     assert positions(df) == sorted([(f"{prefix}-a", 1, o) for o in range(10)] +
                                    [(f"{prefix}-b", p, o) for p in (0, 2) for o in range(10)])
 
-    df = kafka_reader(spark, bootstrap_servers, subscribe=f"{prefix}-b", minPartitions="7").load()
-    assert df.rdd.getNumPartitions() >= 7
+    # minPartitions splits each offset range into round(size / total * minPartitions) Spark partitions
+    # (KafkaOffsetRangeCalculator), so 3 ranges of 10 records and minPartitions=9 give exactly 9
+    df = kafka_reader(spark, bootstrap_servers, subscribe=f"{prefix}-b", minPartitions="9").load()
+    assert df.rdd.getNumPartitions() == 9
     assert positions(df) == sorted((f"{prefix}-b", p, o) for p, o in pos_b)
 
 
@@ -308,7 +310,9 @@ def test_fail_on_data_loss_after_retention(spark, calls, kbroker_factory, tmp_pa
     bootstrap = broker.bootstrap
     topic = unique("spark-loss")
     create_topic(bootstrap, topic, 1, {"internal.segment.bytes": "8192", "retention.ms": "3600000"})
-    produce(calls, bootstrap, topic, 200, partitions=1, base_ts=int(time.time() * 1000) - 86_400_000)
+    # uncompressed, so the 200 records (~16 KB) fill more than one 8 KiB segment (lz4 packs them into one)
+    produce(calls, bootstrap, topic, 200, partitions=1, base_ts=int(time.time() * 1000) - 86_400_000,
+            compression="none")
     deadline = time.monotonic() + 30
     start = 0
     while start == 0 and time.monotonic() < deadline:
