@@ -101,6 +101,35 @@ def test_trigger_and_offsets_helpers():
     assert json.loads(batch_job.offsets_json("page-views", {1: 7, 0: -2})) == {"page-views": {"0": -2, "1": 7}}
 
 
+def test_await_queries_timeout_with_several_running_queries():
+    """stream_job --timeout with two never-ending queries: the first wait uses up the deadline, the second
+    query is not awaited with a timeout of 0 (pyspark refuses it: VALUE_NOT_POSITIVE), both are stopped."""
+    import time
+
+    import stream_job
+
+    class Query:  # StreamingQuery's contract: awaitTermination(timeout) needs timeout > 0
+        name, exception = "q", staticmethod(lambda: None)
+
+        def __init__(self):
+            self.isActive, self.waits = True, []
+
+        def awaitTermination(self, timeout=None):
+            if timeout is not None and timeout <= 0:
+                raise ValueError(f"[VALUE_NOT_POSITIVE] timeout {timeout}")
+            self.waits.append(timeout)
+            time.sleep(timeout)
+            return False
+
+        def stop(self):
+            self.isActive = False
+
+    queries = [Query(), Query()]
+    stream_job.await_queries(queries, 0.2)
+    assert not any(q.isActive for q in queries)
+    assert len(queries[0].waits) == 1 and all(w > 0 for q in queries for w in q.waits)
+
+
 # ----------------------------------------------------------------------------------------- transformations
 
 

@@ -100,11 +100,13 @@ def await_queries(queries: list[Any], timeout_s: float | None = None) -> None:
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
         for q in queries:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if left is None:
+            if deadline is None:
                 q.awaitTermination()
-            else:
-                q.awaitTermination(left)
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:  # awaitTermination refuses a timeout of 0
+                break
+            q.awaitTermination(left)
     finally:
         for q in queries:
             if q.isActive:
@@ -138,11 +140,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--packages", default=None, help="spark.jars.packages (default: the Kafka connector "
                     "of this Spark version, unless local jars are given; '' for none)")
     ap.add_argument("--master", default=None, help="default: $SPARK_MASTER or local[2]")
+    ap.add_argument("--shuffle-partitions", type=int, default=None,
+                    help="spark.sql.shuffle.partitions = state store partitions of the counts (default: Spark's "
+                    "200; fixed by the first run of a checkpoint)")
     args = ap.parse_args(argv)
 
     extra = dict(kv.split("=", 1) for kv in args.kafka_option)
     spark = spark_session.build_session("clickstream-stream", jars=spark_session.local_jars(args.jars),
-                                        packages=args.packages, master=args.master)
+                                        packages=args.packages, master=args.master,
+                                        shuffle_partitions=args.shuffle_partitions)
     rows = read_page_views(spark, args.bootstrap, topic=args.input_topic, subscribe_pattern=args.subscribe_pattern,
                            starting_offsets=args.starting_offsets,
                            max_offsets_per_trigger=args.max_offsets_per_trigger, min_partitions=args.min_partitions,
