@@ -18,6 +18,8 @@ Behavior:
   producer id is accepted at any sequence (Kafka 4.x never answers UNKNOWN_PRODUCER_ID here);
 * a request holding a transactional batch fails as a whole with TRANSACTIONAL_ID_AUTHORIZATION_FAILED
   when it has no transactional id, as in Kafka;
+* internal topics (``__consumer_offsets``, ``__transaction_state``) refuse client writes with
+  INVALID_TOPIC_EXCEPTION, as Kafka does;
 * acks=-1 answers once the high watermark passes the batch; with one node that is right after the append.
 Version notes:
 * v8: record errors and error message; v10: CurrentLeader tag on leader errors; v13: topic ids.
@@ -39,6 +41,7 @@ from kbroker.protocol.records import (
     decompress,
     split_batches_strict,
 )
+from kbroker.server.handlers import common
 from kbroker.server.network import CloseConnection
 
 log = logging.getLogger(__name__)
@@ -48,6 +51,8 @@ VERSIONS = range(3, 14)
 ADVERTISED = range(0, 14)
 
 COMPRESSION_ZSTD = 4
+# Kafka lets only its own admin client write to internal topics.
+ADMIN_CLIENT_ID = "__admin_client"
 
 
 def validate_batches(records, api_version: int, max_message_bytes: int) -> memoryview:
@@ -144,6 +149,9 @@ async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
                 if request.transactional_id is not None:
                     raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                      "transactions are not supported yet")
+                if common.is_internal_topic(topic.name) and ctx.client_id != ADMIN_CLIENT_ID:
+                    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                     f"Cannot append to internal topic {topic.name}")
                 part = rm.get_leader_partition(topic.name, pdata.index)
                 max_bytes = broker.topic_config_int(topic.name, "max.message.bytes")
                 records = validate_batches(pdata.records, version, max_bytes)
