@@ -53,6 +53,7 @@ class KafkaConnection(asyncio.Protocol):
         self._can_write.set()
         self._closed = False
         self._task: asyncio.Task[None] | None = None
+        self._watch_fd: int | None = None  # dup of the socket fd, watched while sendfile waits
 
     # ---- asyncio.Protocol ----
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -88,6 +89,13 @@ class KafkaConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._watch_fd is not None:
+            try:
+                asyncio.get_running_loop().remove_writer(self._watch_fd)
+            except Exception:
+                pass
+            os.close(self._watch_fd)
+            self._watch_fd = None
         self._can_write.set()
         self.broker.connections.discard(self)
         self.frames.put_nowait(None)
@@ -146,34 +154,40 @@ class KafkaConnection(asyncio.Protocol):
             await self._can_write.wait()
 
     async def _send_region(self, region: FileRegion) -> None:
-        """Send a file region: ``os.sendfile`` when nothing is buffered, the rest by pread + write."""
+        """Send a file region with ``os.sendfile`` straight from the segment file.
+
+        Zero-copy needs the transport's own buffer to be empty (so bytes stay in order); when the socket
+        buffer fills, the task waits for writability on a duplicate of the socket's descriptor (the loop
+        refuses watchers on a descriptor its transport owns) and carries on with ``sendfile``. If that is
+        not possible the rest is read with ``os.pread`` and written through the transport.
+        """
         transport = self.transport
         assert transport is not None
         pos, left = region.position, region.size
-        if left == 0:
-            return
-        if transport.get_write_buffer_size() == 0 and self.broker.zero_copy:
+        file_fd = region.file.fileno()
+        if left and self.broker.zero_copy and transport.get_write_buffer_size() == 0:
             sock = transport.get_extra_info("socket")
             if sock is not None:
-                try:
-                    fd = sock.fileno()
-                    while left > 0:
-                        sent = os.sendfile(fd, region.file.fileno(), pos, left)
-                        if sent == 0:
+                sock_fd = sock.fileno()
+                while left > 0 and not self._closed:
+                    try:
+                        sent = os.sendfile(sock_fd, file_fd, pos, left)
+                    except BlockingIOError:
+                        if not await self._wait_writable(sock_fd):
                             break
-                        pos += sent
-                        left -= sent
-                        self.broker.stats_sendfile_bytes += sent
-                except BlockingIOError:
-                    pass
-                except OSError as exc:
-                    if exc.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINVAL, errno.ENOSYS):
+                        continue
+                    except OSError as exc:
+                        if exc.errno in (errno.EINVAL, errno.ENOSYS):
+                            break  # no sendfile for this pair: copy below
                         self.close()
                         return
-        fd = region.file.fileno()
-        while left > 0:
-            n = min(left, 1 << 20)
-            data = os.pread(fd, n, pos)
+                    if sent == 0:
+                        break  # end of file: handled by the copy loop's check below
+                    pos += sent
+                    left -= sent
+                    self.broker.stats_sendfile_bytes += sent
+        while left > 0 and not self._closed:
+            data = os.pread(file_fd, min(left, 1 << 20), pos)
             if not data:
                 # the file shrank under us: the response can no longer be completed correctly
                 log.error("segment file shorter than the region being sent; closing %s", self.peer)
@@ -184,5 +198,35 @@ class KafkaConnection(asyncio.Protocol):
             left -= len(data)
             if not self._can_write.is_set():
                 await self._can_write.wait()
+
+    async def _wait_writable(self, sock_fd: int) -> bool:
+        """Wait until the socket can take more bytes; False when that cannot be watched (or it closed)."""
+        loop = asyncio.get_running_loop()
+        if self._watch_fd is None:
+            try:
+                self._watch_fd = os.dup(sock_fd)
+            except OSError:
+                return False
+        fut: asyncio.Future[None] = loop.create_future()
+
+        def ready() -> None:
+            if not fut.done():
+                fut.set_result(None)
+
+        watch_fd = self._watch_fd
+        try:
+            loop.add_writer(watch_fd, ready)
+        except (RuntimeError, ValueError, OSError, NotImplementedError):
+            return False
+        try:
+            while not fut.done():
                 if self._closed:
-                    return
+                    return False
+                try:
+                    await asyncio.wait_for(asyncio.shield(fut), 1.0)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            if self._watch_fd == watch_fd:  # connection_lost has not closed it meanwhile
+                loop.remove_writer(watch_fd)
+        return not self._closed
