@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kbroker.coordinator.group.assignors import parse_assignors
+
 OFFSETS_TOPIC = "__consumer_offsets"
 
 #: Kafka's defaults for the group coordinator keys (facts from Kafka's broker configuration docs).
@@ -20,7 +22,13 @@ DEFAULTS: dict[str, int] = {
     "group.min.session.timeout.ms": 6000,
     "group.max.session.timeout.ms": 1800000,
     "group.max.size": 2147483647,
+    "group.consumer.heartbeat.interval.ms": 5000,
+    "group.consumer.session.timeout.ms": 45000,
+    "group.consumer.max.size": 2147483647,
 }
+
+#: ``group.consumer.assignors``: Kafka's default lists the uniform assignor first (the default), then range.
+DEFAULT_CONSUMER_ASSIGNORS = ("uniform", "range")
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,11 @@ class GroupCoordinatorConfig:
     group_min_session_timeout_ms: int = DEFAULTS["group.min.session.timeout.ms"]
     group_max_session_timeout_ms: int = DEFAULTS["group.max.session.timeout.ms"]
     group_max_size: int = DEFAULTS["group.max.size"]
+    consumer_group_heartbeat_interval_ms: int = DEFAULTS["group.consumer.heartbeat.interval.ms"]
+    consumer_group_session_timeout_ms: int = DEFAULTS["group.consumer.session.timeout.ms"]
+    consumer_group_max_size: int = DEFAULTS["group.consumer.max.size"]
+    #: server-side assignor names; the first is used when members name none
+    consumer_group_assignors: tuple[str, ...] = DEFAULT_CONSUMER_ASSIGNORS
 
     @classmethod
     def from_broker_config(cls, config: Any) -> GroupCoordinatorConfig:
@@ -46,6 +59,7 @@ class GroupCoordinatorConfig:
                 return DEFAULTS[key]
             return int(str(value).strip())
 
+        assignors = str(config.props.get("group.consumer.assignors") or "").strip() if hasattr(config, "props") else ""
         return cls(
             offsets_topic_num_partitions=get("offsets.topic.num.partitions"),
             offsets_topic_replication_factor=get("offsets.topic.replication.factor"),
@@ -57,4 +71,8 @@ class GroupCoordinatorConfig:
             group_min_session_timeout_ms=get("group.min.session.timeout.ms"),
             group_max_session_timeout_ms=get("group.max.session.timeout.ms"),
             group_max_size=get("group.max.size"),
+            consumer_group_heartbeat_interval_ms=get("group.consumer.heartbeat.interval.ms"),
+            consumer_group_session_timeout_ms=get("group.consumer.session.timeout.ms"),
+            consumer_group_max_size=get("group.consumer.max.size"),
+            consumer_group_assignors=parse_assignors(assignors) if assignors else DEFAULT_CONSUMER_ASSIGNORS,
         )

@@ -42,6 +42,9 @@ from kbroker.coordinator.runtime import (
 )
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import (
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
     DeleteGroupsResponse,
     DescribeGroupsResponse,
     JoinGroupRequest,
@@ -128,7 +131,8 @@ class GroupCoordinator:
                    broker.replica_manager)
 
     def _build_shard(self, partition: int, timer: CoordinatorTimer) -> GroupCoordinatorShard:
-        return GroupCoordinatorShard(partition, self.config, timer, self.scheduler.now_ms)
+        return GroupCoordinatorShard(partition, self.config, timer, self.scheduler.now_ms,
+                                     image_provider=lambda: self.controller.image)
 
     # ---- life cycle
     def startup(self) -> None:
@@ -150,9 +154,33 @@ class GroupCoordinator:
         self._load_tasks.clear()
         self.runtime.close()
 
-    def _on_metadata_update(self, old: Any, new: Any, *_: Any) -> None:
+    def _on_metadata_update(self, old: Any, new: Any, *rest: Any) -> None:
         if self._started:
             self._sync_with_image(new)
+            self._notify_topic_changes(old, new, rest[0] if rest else None)
+
+    def _notify_topic_changes(self, old: Any, new: Any, changes: Any) -> None:
+        """Consumer groups recompute their topic metadata when topics they use were created, deleted or
+        changed partitions."""
+        if changes is None:
+            return
+        names: set[str] = set()
+        for tid in getattr(changes, "created_topics", ()):
+            t = new.topics_by_id.get(tid)
+            if t is not None:
+                names.add(t.name)
+        created_or_deleted = bool(names) or bool(getattr(changes, "deleted_topics", None))
+        names.update(t.name for t in getattr(changes, "deleted_topics", {}).values())
+        for tid, _ in getattr(changes, "changed_partitions", ()):
+            t = new.topics_by_id.get(tid) or old.topics_by_id.get(tid)
+            if t is not None and (old.topics_by_id.get(tid) is None
+                                  or len(old.topics_by_id[tid].partitions) != len(t.partitions)):
+                names.add(t.name)
+        if not names:
+            return
+        for partition in self.runtime.partitions():
+            if self.runtime.state_of(partition) is ShardState.ACTIVE:
+                self.runtime.shard(partition).on_topics_changed(names, created_or_deleted)
 
     def _sync_with_image(self, image: Any) -> None:
         topic = image.topics_by_name.get(self.topic)
@@ -291,6 +319,44 @@ class GroupCoordinator:
             return exc.code, []
         assert result is not None
         return result
+
+    # ---- consumer groups (KIP-848)
+    def consumer_group_heartbeat(self, meta: RequestMeta,
+                                 request: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
+        try:
+            response = self.runtime.write(self.partition_for(request.group_id),
+                                          lambda shard: shard.consumer_group_heartbeat(meta, request))
+        except KafkaError as exc:
+            return ConsumerGroupHeartbeatResponse(error_code=exc.code, error_message=exc.message)
+        assert response is not None
+        return response
+
+    def consumer_group_describe(self, group_ids: list[str],
+                                include_authorized_operations: bool) -> list[ConsumerGroupDescribeResponse.DescribedGroup]:
+        from kbroker.coordinator.group.shard import GROUP_AUTHORIZED_OPERATIONS
+
+        out = []
+        for group_id in group_ids:
+            if not group_id:
+                out.append(ConsumerGroupDescribeResponse.DescribedGroup(
+                    error_code=ErrorCode.INVALID_GROUP_ID, error_message="Group id can't be empty.",
+                    group_id=group_id))
+                continue
+            try:
+                out.append(self.runtime.read(self.partition_for(group_id), lambda shard: shard.consumer_group_describe(
+                    group_id, include_authorized_operations, GROUP_AUTHORIZED_OPERATIONS)))
+            except KafkaError as exc:
+                out.append(ConsumerGroupDescribeResponse.DescribedGroup(error_code=exc.code, group_id=group_id))
+        return out
+
+    def validate_offset_fetch_member(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
+        """OffsetFetch v9+: the member id / epoch of a consumer group member (NONE for other groups)."""
+        try:
+            return self.runtime.read(self.partition_for(group_id),
+                                     lambda shard: shard.validate_offset_fetch_member(group_id, member_id,
+                                                                                      member_epoch))
+        except KafkaError as exc:
+            return exc.code
 
     # ---- offsets
     def commit_offsets(self, meta: RequestMeta, commit: OffsetCommitInput) -> list[CommitPartition]:

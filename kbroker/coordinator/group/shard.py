@@ -54,6 +54,7 @@ from kbroker.coordinator.group.classic_group import (
     SyncResponder,
 )
 from kbroker.coordinator.group.config import GroupCoordinatorConfig
+from kbroker.coordinator.group.consumer_ops import ConsumerGroupOps
 from kbroker.coordinator.group.records import (
     group_metadata_record,
     group_metadata_tombstone,
@@ -176,11 +177,13 @@ def _empty() -> CoordinatorResult[Any]:
     return CoordinatorResult()
 
 
-class GroupCoordinatorShard:
-    """Groups and offsets of one partition (see the module docstring)."""
+class GroupCoordinatorShard(ConsumerGroupOps):
+    """Groups and offsets of one partition (see the module docstring); consumer groups (KIP-848) come from
+    :class:`~kbroker.coordinator.group.consumer_ops.ConsumerGroupOps`."""
 
     def __init__(self, partition: int, config: GroupCoordinatorConfig, timer: CoordinatorTimer,
-                 now_ms: Callable[[], int], new_member_id: Callable[[str], str] | None = None) -> None:
+                 now_ms: Callable[[], int], new_member_id: Callable[[str], str] | None = None,
+                 image_provider: Callable[[], Any] | None = None) -> None:
         self.partition = partition
         self.config = config
         self.timer = timer
@@ -190,6 +193,9 @@ class GroupCoordinatorShard:
         #: group id -> topic -> partition -> committed offset
         self.offsets: dict[str, dict[str, dict[int, OffsetAndMetadata]]] = {}
         self.loaded = False
+        #: the current metadata image (topic names, ids and partition counts for consumer groups)
+        self.image_provider = image_provider
+        self._init_consumer_groups()
 
     # ==================================================================================== replay
     def replay(self, offset: int, producer_id: int, producer_epoch: int, record: CoordinatorRecord) -> None:
@@ -198,7 +204,8 @@ class GroupCoordinatorShard:
             self._replay_offset_commit(key.group, key.topic, key.partition, record.value)
         elif isinstance(key, GroupMetadataKey):
             self._replay_group_metadata(key.group, record.value)
-        # KIP-848 consumer group records (types 3-8, 16) come with the consumer group protocol.
+        else:
+            self.replay_consumer_group_record(record)  # KIP-848 consumer group records (types 3-8, 16)
 
     def _replay_offset_commit(self, group_id: str, topic: str, partition: int, value: Any) -> None:
         if value is None:
@@ -210,7 +217,7 @@ class GroupCoordinatorShard:
                 if not topics:
                     del self.offsets[group_id]
             return
-        if group_id not in self.groups:
+        if group_id not in self.groups and group_id not in self.consumer_groups:
             # a commit outside group management creates a "simple" group (Empty, no protocol type)
             self.groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=-1)
         expire = getattr(value, "expire_timestamp", -1)
@@ -262,6 +269,7 @@ class GroupCoordinatorShard:
                 self._reschedule_heartbeat(group, member)
             if len(group.members) > self.config.group_max_size:
                 self._apply_now(self._prepare_rebalance(group, "loaded group is over group.max.size"))
+        self._consumer_groups_loaded()
         self._schedule_offsets_expiration()
 
     def on_unloaded(self) -> None:
@@ -280,6 +288,22 @@ class GroupCoordinatorShard:
 
     # ==================================================================================== JoinGroup
     def join_group(self, meta: RequestMeta, request: JoinGroupRequest, respond: JoinResponder) -> CoordinatorResult[None]:
+        consumer = self.consumer_groups.get(request.group_id)
+        if consumer is None:
+            return self._classic_join_group(meta, request, respond)
+        if consumer.members:
+            # a consumer-protocol group with members: no online migration to the classic protocol
+            respond(_join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, request.member_id or UNKNOWN_MEMBER_ID))
+            return _empty()
+        # an empty consumer group makes way for the classic group: its records are deleted with the join
+        result = self._classic_join_group(meta, request, respond)
+        if request.group_id not in self.groups:
+            return result
+        return CoordinatorResult(self.consumer_group_tombstones(request.group_id) + result.records, result.response,
+                                 result.on_complete)
+
+    def _classic_join_group(self, meta: RequestMeta, request: JoinGroupRequest,
+                            respond: JoinResponder) -> CoordinatorResult[None]:
         cfg = self.config
         group_id = request.group_id
         member_id = request.member_id or UNKNOWN_MEMBER_ID
@@ -820,6 +844,10 @@ class GroupCoordinatorShard:
     def _validate_offset_commit(self, meta: RequestMeta, commit: OffsetCommitInput) -> int:
         if not commit.group_id:
             return ErrorCode.INVALID_GROUP_ID
+        consumer = self.consumer_groups.get(commit.group_id)
+        if consumer is not None:
+            return self.validate_consumer_group_commit(consumer, meta.api_version, commit.member_id,
+                                                       commit.generation_id)
         group = self.groups.get(commit.group_id)
         generation = commit.generation_id
         if group is None:
@@ -867,12 +895,15 @@ class GroupCoordinatorShard:
                        topics: list[tuple[str, list[int]]]) -> CoordinatorResult[tuple[int, dict[tuple[str, int], int]]]:
         """OffsetDelete: (top-level error, {(topic, partition): error})."""
         group = self.groups.get(group_id)
+        consumer = self.consumer_groups.get(group_id)
         if not group_id:
             return CoordinatorResult(response=(ErrorCode.INVALID_GROUP_ID, {}))
-        if group is None or group.is_in(ClassicGroupState.DEAD):
-            return CoordinatorResult(response=(ErrorCode.GROUP_ID_NOT_FOUND, {}))
         subscribed: set[str] = set()
-        if not group.is_in(ClassicGroupState.EMPTY):
+        if consumer is not None:
+            subscribed = consumer.subscribed_topic_names()
+        elif group is None or group.is_in(ClassicGroupState.DEAD):
+            return CoordinatorResult(response=(ErrorCode.GROUP_ID_NOT_FOUND, {}))
+        elif not group.is_in(ClassicGroupState.EMPTY):
             if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
                 return CoordinatorResult(response=(ErrorCode.NON_EMPTY_GROUP, {}))
             subscribed = group.subscribed_topics() or set()
@@ -899,6 +930,7 @@ class GroupCoordinatorShard:
                 continue
             out.append(ListGroupsResponse.ListedGroup(group_id=group.group_id, protocol_type=group.protocol_type or "",
                                                       group_state=group.state.value, group_type=GROUP_TYPE_CLASSIC))
+        out.extend(self.list_consumer_groups(states, types))
         return out
 
     def describe_group(self, group_id: str, api_version: int,
@@ -910,8 +942,10 @@ class GroupCoordinatorShard:
         group = self.groups.get(group_id)
         if group is None:
             if api_version >= 6:
+                message = (f"Group {group_id} is not a classic group." if group_id in self.consumer_groups
+                           else f"Group {group_id} not found.")
                 return DescribeGroupsResponse.DescribedGroup(
-                    error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=f"Group {group_id} not found.",
+                    error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=message,
                     group_id=group_id, group_state=ClassicGroupState.DEAD.value, authorized_operations=ops)
             return DescribeGroupsResponse.DescribedGroup(group_id=group_id, group_state=ClassicGroupState.DEAD.value,
                                                          authorized_operations=ops)
@@ -932,6 +966,15 @@ class GroupCoordinatorShard:
             group = self.groups.get(group_id)
             if not group_id:
                 error = ErrorCode.INVALID_GROUP_ID
+            elif group_id in self.consumer_groups:
+                if self.consumer_group_is_empty(group_id):
+                    error = ErrorCode.NONE
+                    records.extend(offset_commit_tombstone(group_id, topic, partition)
+                                   for topic, partitions in sorted(self.offsets.get(group_id, {}).items())
+                                   for partition in sorted(partitions))
+                    records.extend(self.consumer_group_tombstones(group_id))
+                else:
+                    error = ErrorCode.NON_EMPTY_GROUP
             elif group is None or group.is_in(ClassicGroupState.DEAD):
                 error = ErrorCode.GROUP_ID_NOT_FOUND
             elif not group.is_in(ClassicGroupState.EMPTY):
@@ -962,6 +1005,23 @@ class GroupCoordinatorShard:
     def expired_offset_records(self, now: int) -> list[CoordinatorRecord]:
         retention = self.config.offsets_retention_ms
         records: list[CoordinatorRecord] = []
+        for group_id, consumer in list(self.consumer_groups.items()):
+            # consumer groups: offsets of topics the group does not subscribe to expire `retention` after
+            # their commit; an empty group left without offsets is deleted
+            subscribed = consumer.subscribed_topic_names() if consumer.members else set()
+            remaining = 0
+            for topic, partitions in sorted(self.offsets.get(group_id, {}).items()):
+                for partition, o in sorted(partitions.items()):
+                    if topic in subscribed:
+                        remaining += 1
+                    elif (now >= o.expire_timestamp_ms if o.expire_timestamp_ms is not None
+                          else now - o.commit_timestamp_ms >= retention):
+                        records.append(offset_commit_tombstone(group_id, topic, partition))
+                    else:
+                        remaining += 1
+            if remaining == 0 and self.consumer_group_is_empty(group_id):
+                log.info("group %s: offsets expired, deleting the empty consumer group", group_id)
+                records.extend(self.consumer_group_tombstones(group_id))
         for group_id, group in list(self.groups.items()):
             committed = self.offsets.get(group_id, {})
             if group.is_in(ClassicGroupState.EMPTY):

@@ -12,7 +12,9 @@ Behavior:
 * if that write fails every partition gets the coordinator error (INVALID_COMMIT_OFFSET_SIZE when too large).
 Version notes:
 * v2-4: RetentionTimeMs (an explicit expire time when not -1); v6: committed leader epoch; v7: group instance
-  id; v8: flexible; v9: GROUP_ID_NOT_FOUND for unknown groups (KIP-848 member epochs come with part 2).
+  id; v8: flexible; v9: GROUP_ID_NOT_FOUND for unknown groups; for consumer-protocol (KIP-848) groups the
+  generation field is the member epoch: UNKNOWN_MEMBER_ID for non-members (epoch -1 is accepted while the group
+  is empty), STALE_MEMBER_EPOCH for another epoch, UNSUPPORTED_VERSION for members below v9.
 """
 
 from __future__ import annotations

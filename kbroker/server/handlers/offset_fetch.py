@@ -10,7 +10,8 @@ Behavior:
   every partition (v1) or to the group (v8+).
 Version notes:
 * v2: top-level error and null topics; v5: committed leader epoch; v6: flexible; v7: require stable;
-  v8: groups; v9: member id / epoch (checked only for KIP-848 groups, part 2).
+  v8: groups; v9: member id / epoch, checked for consumer-protocol groups (UNKNOWN_MEMBER_ID,
+  STALE_MEMBER_EPOCH); other groups ignore them.
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ async def handle(ctx, request: OffsetFetchRequest) -> R:
     if version >= 8:
         resp = R()
         for g in request.groups:
+            error = ErrorCode.NONE
+            if version >= 9 and g.group_id:
+                # KIP-848: a consumer group member's id and epoch must be current
+                error = gc.validate_offset_fetch_member(g.group_id, g.member_id, g.member_epoch)
+            if error != ErrorCode.NONE:
+                resp.groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error))
+                continue
             error, offsets = gc.fetch_offsets(g.group_id, _group_topics(ctx, g.topics), request.require_stable)
             out = R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error)
             if error == ErrorCode.NONE:
