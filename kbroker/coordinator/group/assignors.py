@@ -94,20 +94,44 @@ class UniformAssignor(PartitionAssignor):
                 owner[(tid, p)] = m
                 result[m].setdefault(tid, set()).add(p)
                 load[m] += 1
-        # 4. level what subscriptions allow: move a partition from a member to a subscriber with 2+ fewer
-        moved = True
-        while moved:
-            moved = False
-            for tid, p in all_partitions:
-                m = owner[(tid, p)]
-                target = min(eligible[tid], key=lambda x: (load[x], order.index(x)))
-                if load[m] > load[target] + 1:
-                    self._unassign(result, owner, load, m, tid, p)
-                    owner[(tid, p)] = target
-                    result[target].setdefault(tid, set()).add(p)
-                    load[target] += 1
-                    moved = True
+        # 4. level what subscriptions allow: move partitions along a chain of subscribers from a member to
+        #    one with 2+ fewer partitions (a -> b of one topic, b -> c of another, ...), until none exists
+        while True:
+            path = self._levelling_path(order, load, owner, eligible)
+            if path is None:
+                break
+            for src, dst, tid, p in path:
+                self._unassign(result, owner, load, src, tid, p)
+                owner[(tid, p)] = dst
+                result[dst].setdefault(tid, set()).add(p)
+                load[dst] += 1
         return result
+
+    @staticmethod
+    def _levelling_path(order: list[str], load: dict[str, int], owner: dict[tuple[bytes, int], str],
+                        eligible: dict[bytes, list[str]]) -> list[tuple[str, str, bytes, int]] | None:
+        owned: dict[str, list[tuple[bytes, int]]] = {m: [] for m in order}
+        for tp in sorted(owner):
+            owned[owner[tp]].append(tp)
+        for src in sorted(order, key=lambda m: (-load[m], order.index(m))):
+            prev: dict[str, tuple[str, bytes, int] | None] = {src: None}
+            queue = [src]
+            while queue:
+                x = queue.pop(0)
+                if load[x] <= load[src] - 2:
+                    path = []
+                    y = x
+                    while prev[y] is not None:
+                        px, tid, p = prev[y]  # type: ignore[misc]
+                        path.append((px, y, tid, p))
+                        y = px
+                    return path
+                for tid, p in owned[x]:
+                    for y in eligible[tid]:
+                        if y not in prev:
+                            prev[y] = (x, tid, p)
+                            queue.append(y)
+        return None
 
     @staticmethod
     def _unassign(result: dict[str, Assignment], owner: dict[tuple[bytes, int], str], load: dict[str, int],
