@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kbroker.protocol.errors import ErrorCode, KafkaError
+from kbroker.storage.producer_state import AppendOrigin
 
 if TYPE_CHECKING:
     from kbroker.controller.image import MetadataImage
@@ -57,8 +58,8 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        """No transactions yet: every offset below the high watermark is stable."""
-        return self.log.high_watermark
+        """The first offset of the earliest open transaction, capped at the high watermark (the log's rule)."""
+        return self.log.last_stable_offset
 
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """FENCED_LEADER_EPOCH if the client's epoch is older, UNKNOWN_LEADER_EPOCH if newer; -1 skips."""
@@ -159,17 +160,19 @@ class ReplicaManager:
         return part
 
     # ---- append ----
-    def append_records(self, part: Partition, records: memoryview, required_acks: int) -> object:
+    def append_records(self, part: Partition, records: memoryview, required_acks: int,
+                       origin: AppendOrigin = AppendOrigin.CLIENT) -> object:
         """Append validated batches as leader and advance the high watermark. Returns the AppendInfo.
 
         ``min.insync.replicas`` is checked for acks=-1 (NOT_ENOUGH_REPLICAS), as Kafka does before
-        appending.
+        appending. ``origin`` COORDINATOR is for the coordinators' own writes (transaction markers,
+        transactional offset commits): producer epochs are checked, sequences are not.
         """
         if required_acks == -1:
             min_isr = self.broker.topic_config_int(part.topic, "min.insync.replicas")
             if len(part.isr) < min_isr:
                 raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS)
-        info = part.log.append_as_leader(records, part.leader_epoch, int(time.time() * 1000))
+        info = part.log.append_as_leader(records, part.leader_epoch, int(time.time() * 1000), origin)
         part.maybe_increment_high_watermark()
         return info
 

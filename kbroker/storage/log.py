@@ -1,11 +1,14 @@
 """``PartitionLog``: the segmented log of one partition replica in ``<log_dir>/<topic>-<partition>/``.
 
 Files in the partition directory (see ``docs/storage-format.md``): ``<20-digit base offset>.log``,
-``.index``, ``.timeindex`` per segment, ``leader-epoch-checkpoint`` and ``partition.metadata``.
+``.index``, ``.timeindex`` (and ``.txnindex`` once an ABORT marker lands in it) per segment,
+``leader-epoch-checkpoint``, ``partition.metadata`` and producer ``.snapshot`` files.
 
 Offsets: ``log_start_offset`` is the first offset still readable, ``log_end_offset`` (LEO) the offset the next
 record will get (last batch's last offset + 1), ``high_watermark`` the end of the committed prefix (set by the
-server; single node: LEO after each append), ``recovery_point`` the offset below which everything was fsynced.
+server; single node: LEO after each append), ``recovery_point`` the offset below which everything was fsynced, and ``last_stable_offset`` (LSO) the
+first offset of the earliest open transaction, capped at the high watermark: read_committed consumers read
+below it, and the aborted transactions they must skip come from the segments' ``.txnindex`` files.
 
 Threading: all mutating calls must come from one thread (the server's event loop). ``FileRegion`` objects
 returned by ``read`` stay valid while a segment is pending deletion (``file.delete.delay.ms``). ``flush`` may run
@@ -43,6 +46,7 @@ from kbroker.storage.producer_state import (
     rebuild_producer_state,
 )
 from kbroker.storage.segment import LogSegment
+from kbroker.storage.txn_index import AbortedTxn
 from kbroker.storage.util import (
     CLEANED_SUFFIX,
     DELETE_DIR_SUFFIX,
@@ -52,6 +56,7 @@ from kbroker.storage.util import (
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TMP_SUFFIX,
+    TXN_INDEX_SUFFIX,
     fsync_dir,
     parse_topic_partition,
     uuid_from_str,
@@ -100,6 +105,8 @@ class FetchDataInfo:
 
     regions: list[FileRegion] = field(default_factory=list)
     size: int = 0
+    #: offset just after the last batch returned (-1 when nothing was read)
+    next_offset: int = -1
 
     def read_bytes(self) -> bytes:
         """The fetched bytes (copy, for tests and non-sendfile transports)."""
@@ -240,7 +247,8 @@ class PartitionLog:
                 stems_with_log.add(stem)
         for name in names:
             stem, dot, ext = name.partition(".")
-            if dot and "." + ext in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and stem.isdigit() and stem not in stems_with_log:
+            if (dot and "." + ext in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX) and stem.isdigit()
+                    and stem not in stems_with_log):
                 (self.dir / name).unlink(missing_ok=True)
         bases.sort()
         swapped = self._complete_swaps(bases)
@@ -291,7 +299,7 @@ class PartitionLog:
             swap = self.dir / name
             end = _next_offset_of_file(swap, base)
             for old in [b for b in bases if base <= b < max(end, base + 1)]:
-                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                     (self.dir / (f"{old:020d}" + suffix)).unlink(missing_ok=True)
                 bases.remove(old)
             for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
@@ -328,6 +336,44 @@ class PartitionLog:
     def high_watermark(self, value: int) -> None:
         """Set the HW, clamped to ``[log_start_offset, log_end_offset]``."""
         self._high_watermark = min(max(value, self.log_start_offset), self._leo)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest transaction still open in this partition (None: none is open)."""
+        ongoing = self.producer_state.ongoing_txns
+        return min(ongoing) if ongoing else None
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: the first offset of the earliest open transaction if it is below the high watermark, else
+        the high watermark (never below the log start offset). Every transaction below it is decided."""
+        first_unstable = self.first_unstable_offset
+        if first_unstable is None or first_unstable >= self._high_watermark:
+            return self._high_watermark
+        return max(first_unstable, self.log_start_offset)
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping ``[fetch_offset, upper_bound_offset)`` (a read_committed Fetch):
+        the ``.txnindex`` entries of the segments from the one holding ``fetch_offset`` on, stopping at the
+        first entry whose last stable offset reaches ``upper_bound_offset``."""
+        out: list[AbortedTxn] = []
+        for seg in self._segments[self._segment_index_for(fetch_offset):]:
+            found, complete = seg.txn_index.collect(fetch_offset, upper_bound_offset)
+            out.extend(found)
+            if complete:
+                break
+        return out
+
+    def _index_aborted_transactions(self, completed: list, segment: LogSegment) -> None:
+        """Write the ``.txnindex`` entries of the transactions an append's ABORT markers closed (before the
+        producer state forgets them: the LSO after each one is the first offset of the earliest transaction
+        of *another* producer still open, else the marker offset + 1)."""
+        for txn in completed:
+            if not txn.is_aborted:
+                continue
+            others = [first for first, pid in self.producer_state.ongoing_txns.items() if pid != txn.producer_id]
+            lso = min(others) if others else txn.last_offset + 1
+            segment.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
 
     @property
     def size_in_bytes(self) -> int:
@@ -426,6 +472,8 @@ class PartitionLog:
             self.leader_epoch_cache.assign(leader_epoch, first)
         self.active_segment.append(last_offset, max_ts, off_max, buf)
         self._leo = offset
+        if producers.completed_txns:
+            self._index_aborted_transactions(producers.completed_txns, self.active_segment)
         self.producer_state.complete_append(producers, offset)
         if self._leo - self.recovery_point >= self.config.flush_messages:
             self.flush()
@@ -486,6 +534,8 @@ class PartitionLog:
             self.leader_epoch_cache.assign(epoch, start)
         self.active_segment.append(last_offset, max_ts, off_max, mv)
         self._leo = expected
+        if producers.completed_txns:
+            self._index_aborted_transactions(producers.completed_txns, self.active_segment)
         self.producer_state.complete_append(producers, expected)
         if self._leo - self.recovery_point >= self.config.flush_messages:
             self.flush()
@@ -584,6 +634,9 @@ class PartitionLog:
                 break
             out.regions.append(region)
             out.size += region.size
+            end = region.position + region.size
+            following = seg.read_header(end) if end < seg.size else None
+            out.next_offset = following.base_offset if following is not None else seg.next_offset
             if region.position + region.size < max_pos or out.size >= max_bytes or max_pos < seg.size:
                 break
             i += 1
@@ -712,6 +765,7 @@ class PartitionLog:
         seg.max_timestamp_so_far = cleaned.max_timestamp  # type: ignore[attr-defined]
         seg.offset_of_max_timestamp_so_far = cleaned.offset_of_max_timestamp  # type: ignore[attr-defined]
         seg.rolling_base_timestamp = cleaned.first_batch_max_timestamp  # type: ignore[attr-defined]
+        seg.txn_index.reset([t for s in old for t in s.txn_index.entries])  # aborted txns keep being skipped
         seg.flush()
         self._segments[idx: idx + len(old)] = [seg]
         self._bases = [s.base_offset for s in self._segments]

@@ -43,6 +43,7 @@ from kbroker.protocol.records import (
     crc32c,
 )
 from kbroker.protocol.storage_records import ProducerSnapshot
+from kbroker.storage.txn_index import AbortedTxn
 from kbroker.storage.util import SNAPSHOT_SUFFIX, TMP_SUFFIX, filename_prefix, fsync_dir, write_atomically
 
 if TYPE_CHECKING:
@@ -694,10 +695,27 @@ def _load_producers_from_segment(manager: ProducerStateManager, segment: LogSegm
             append.add_batch(h, data, 0, h[0], h[8])
         else:
             append.add_batch(h, buf, off, h[0], h[8])
+    aborted = [txn for txn in append.completed_txns if txn.is_aborted]
+    if aborted:
+        _reindex_aborted_txns(manager, append, segment, aborted)
     for info in append.infos.values():
         manager.update(info)
     for txn in append.completed_txns:
         manager.ongoing_txns.pop(txn.first_offset, None)
+
+
+def _reindex_aborted_txns(manager: ProducerStateManager, append: ProducerAppend, segment: LogSegment,
+                          aborted: list[CompletedTxn]) -> None:
+    """Put the aborts found while replaying a segment into its ``.txnindex`` unless they are there already
+    (a crash between writing an ABORT marker and its index entry). The last stable offset recorded is a lower
+    bound of the real one (the earliest transaction of another producer open at any point of the segment),
+    which only makes a read_committed Fetch look at more entries."""
+    for txn in aborted:
+        others = [first for first, pid in manager.ongoing_txns.items() if pid != txn.producer_id]
+        others += [first for pid, info in append.infos.items() if pid != txn.producer_id
+                   for first in info.started_txn_first_offsets]
+        lso = min(others + [txn.last_offset + 1])
+        segment.txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
 
 
 def rebuild_producer_state(manager: ProducerStateManager, segments: Sequence[LogSegment], log_start_offset: int,

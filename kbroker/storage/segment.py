@@ -1,4 +1,4 @@
-"""One log segment: ``<base offset:020d>.log`` plus its ``.index`` and ``.timeindex``.
+"""One log segment: ``<base offset:020d>.log`` plus its ``.index``, ``.timeindex`` and ``.txnindex``.
 
 The ``.log`` file is a plain concatenation of v2 record batches exactly as they appear on the wire. It is
 opened unbuffered in append mode; every append is one ``write`` of the whole (already offset-assigned)
@@ -28,11 +28,13 @@ from kbroker.protocol.records import (
 from kbroker.protocol.send import FileRegion
 from kbroker.storage.config import LogConfig
 from kbroker.storage.index import OffsetIndex, TimeIndex
+from kbroker.storage.txn_index import TransactionIndex
 from kbroker.storage.util import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     filename_prefix,
 )
 
@@ -104,6 +106,8 @@ class LogSegment:
         self.time_index = TimeIndex(
             self.dir / (filename_prefix(base_offset) + TIME_INDEX_SUFFIX), base_offset, config.segment_index_bytes // 12
         )
+        #: aborted transactions whose ABORT markers are in this segment (written by PartitionLog)
+        self.txn_index = TransactionIndex(self.dir / (filename_prefix(base_offset) + TXN_INDEX_SUFFIX))
         self.size = os.fstat(file.fileno()).st_size
         self.next_offset = base_offset
         self.max_timestamp_so_far = -1
@@ -127,6 +131,7 @@ class LogSegment:
         seg = cls(dir, base_offset, config, f, _now_ms() if now_ms is None else now_ms)
         seg.offset_index.reset([])
         seg.time_index.reset([])
+        seg.txn_index.reset([])
         return seg
 
     @classmethod
@@ -284,6 +289,7 @@ class LogSegment:
             time_entries.append((max_ts, off_max))  # final entry, like a rolled segment
         self.offset_index.reset(offset_entries)
         self.time_index.reset(time_entries)
+        self.txn_index.truncate_to(prev_next)  # markers cut off with a torn tail; the rest is re-added by replay
         self.size = pos
         self.next_offset = prev_next
         self.max_timestamp_so_far = max_ts
@@ -455,6 +461,7 @@ class LogSegment:
         self.size = hdr.position
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(hdr.base_offset)
         if not self._rescan_tail():
             self.recover()
         if self.size == 0:
@@ -463,7 +470,7 @@ class LogSegment:
         return removed
 
     def flush(self) -> None:
-        """fsync the ``.log`` and both indexes."""
+        """fsync the ``.log`` and the indexes."""
         if self._dirty:
             self._dirty = False  # cleared first: an append racing with a threaded flush re-marks it
             try:
@@ -473,6 +480,7 @@ class LogSegment:
                 raise
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         """Flush and close the files (idempotent)."""
@@ -483,9 +491,10 @@ class LogSegment:
                 self.file.close()
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def rename_to_deleted(self) -> None:
-        """Rename all three files with a ``.deleted`` suffix; files stay open for in-flight reads."""
+        """Rename the segment's files with a ``.deleted`` suffix; files stay open for in-flight reads."""
         new_log = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
         try:
             os.replace(self.log_path, new_log)
@@ -494,6 +503,7 @@ class LogSegment:
         self.log_path = new_log
         self.offset_index.rename_to(self.offset_index.path.with_name(self.offset_index.path.name + DELETED_SUFFIX))
         self.time_index.rename_to(self.time_index.path.with_name(self.time_index.path.name + DELETED_SUFFIX))
+        self.txn_index.rename_to(self.txn_index.path.with_name(self.txn_index.path.name + DELETED_SUFFIX))
         self.deleted = True
 
     def delete_files(self) -> None:
@@ -507,6 +517,7 @@ class LogSegment:
                 pass
         self.offset_index.delete_file()
         self.time_index.delete_file()
+        self.txn_index.delete_file()
 
     def __repr__(self) -> str:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size}, next_offset={self.next_offset})"

@@ -3,6 +3,9 @@
 Behavior:
 * consumers read up to the high watermark (read_uncommitted) or the last stable offset (read_committed);
   only whole batches are returned, straight from the segment files (zero-copy ``FileRegion`` chunks);
+* read_committed: ``AbortedTransactions`` lists (producer id, first offset) of every aborted transaction
+  overlapping the returned batches, from the segments' ``.txnindex``; the client drops their records. Aborted
+  data and markers stay in the log and keep their offsets;
 * the first batch of the first non-empty partition is returned even above ``max_bytes`` /
   ``partition_max_bytes`` so consumers make progress (KIP-74);
 * long polling: below ``min_bytes`` the request waits up to ``max_wait_ms`` and is woken as soon as a
@@ -90,6 +93,10 @@ def _read_all(ctx, request: FetchRequest, version: int):
                     pd.records = info.regions
                     total += info.size
                     budget -= info.size
+                    if read_committed:
+                        pd.aborted_transactions = [
+                            FetchResponse.AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset)
+                            for t in part.log.collect_aborted_transactions(fp.fetch_offset, info.next_offset)]
             except KafkaError as exc:
                 pd.error_code = exc.code
                 had_error = True
