@@ -17,6 +17,10 @@ through its life and runs every operation on it the same way:
   is built by replaying the partition from its log start offset; the latest record per key wins and a null
   value (tombstone) deletes the key. Until loading ends, operations fail with COORDINATOR_LOAD_IN_PROGRESS;
   on a partition the node does not lead they fail with NOT_COORDINATOR.
+* **transactional writes**: a result with a ``producer_id`` is appended as a *transactional* batch of that
+  producer (TxnOffsetCommit); the shard keeps such records pending until the transaction's marker arrives.
+  :meth:`CoordinatorRuntime.write_marker` appends a COMMIT/ABORT control batch to the shard's partition and
+  replays it with ``replay_end_transaction``; loading does the same for every control batch it meets.
 * **timers**: a shard schedules keyed timers (:class:`CoordinatorTimer`: session timeouts, rebalance
   timeouts, the periodic offset expiration). A timer's operation runs through the write path, so it can
   write records too. Re-scheduling a key replaces the previous timer.
@@ -37,12 +41,20 @@ import heapq
 import itertools
 import logging
 import struct
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterable, Iterator, Protocol, TypeVar
 
 from kbroker.protocol import codec
 from kbroker.protocol.errors import ErrorCode, KafkaError
-from kbroker.protocol.records import build_batch, iter_batches, set_base_offset
+from kbroker.protocol.records import (
+    ControlType,
+    RecordBatch,
+    build_batch,
+    build_control_batch,
+    iter_batches,
+    set_base_offset,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +65,23 @@ _I16 = struct.Struct(">h")
 
 #: Bytes read per step while loading a shard (the loader yields to the event loop between steps).
 LOAD_CHUNK_BYTES = 1 << 20
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def end_transaction_marker(batch: RecordBatch) -> int | None:
+    """The control type (COMMIT/ABORT) of a transaction marker batch, else None."""
+    if not batch.is_transactional:
+        return None
+    for rec in batch.records():
+        if rec.key is not None and len(rec.key) >= 4:
+            control_type = _I16.unpack_from(rec.key, 2)[0]
+            if control_type in (ControlType.COMMIT, ControlType.ABORT):
+                return control_type
+        return None
+    return None
 
 
 # ---- partitioning ------------------------------------------------------------------------------------
@@ -157,10 +186,15 @@ class CoordinatorResult(Generic[T]):
     records: list[CoordinatorRecord] = field(default_factory=list)
     response: T | None = None
     on_complete: Callable[[int], None] | None = None
+    #: >= 0: append the records as a transactional batch of this producer (and epoch)
+    producer_id: int = -1
+    producer_epoch: int = -1
 
 
 class CoordinatorShard(Protocol):
     def replay(self, offset: int, producer_id: int, producer_epoch: int, record: CoordinatorRecord) -> None: ...
+
+    # optional: ``replay_end_transaction(producer_id, producer_epoch, committed)`` for transaction markers
 
     def on_loaded(self) -> None: ...
 
@@ -403,7 +437,11 @@ class CoordinatorRuntime(Generic[S]):
                         continue
                     offset = batch.next_offset
                     if batch.is_control:
-                        continue  # transaction markers: handled with transactional offset commits (later)
+                        marker = end_transaction_marker(batch)
+                        replay_end = getattr(ctx.shard, "replay_end_transaction", None)
+                        if marker is not None and replay_end is not None:
+                            replay_end(batch.producer_id, batch.producer_epoch, marker == ControlType.COMMIT)
+                        continue
                     for rec in batch.records():
                         try:
                             record = self.serde.decode(rec.key, rec.value)
@@ -481,8 +519,11 @@ class CoordinatorRuntime(Generic[S]):
     def _apply(self, ctx: ShardContext[S], result: CoordinatorResult[Any]) -> None:
         if result.records:
             serde = self.serde
+            transactional = result.producer_id >= 0
             data = build_batch([(serde.encode_key(r), serde.encode_value(r)) for r in result.records],
-                               timestamp_type=0, base_timestamp=None)
+                               timestamp_type=0, base_timestamp=None, producer_id=result.producer_id,
+                               producer_epoch=result.producer_epoch if transactional else -1,
+                               is_transactional=transactional)
             try:
                 first = self.writer.append(ctx.partition, data)
             except KafkaError as exc:
@@ -493,9 +534,26 @@ class CoordinatorRuntime(Generic[S]):
                     result.on_complete(err.code)
                 raise err from None
             for i, record in enumerate(result.records):
-                ctx.shard.replay(first + i, -1, -1, record)
+                ctx.shard.replay(first + i, result.producer_id, result.producer_epoch if transactional else -1,
+                                 record)
         if result.on_complete is not None:
             result.on_complete(ErrorCode.NONE)
+
+    def write_marker(self, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                     committed: bool) -> None:
+        """Append a COMMIT/ABORT marker for ``producer_id`` to ``partition`` and replay it into the shard
+        (``replay_end_transaction``). Raises KafkaError NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS, or
+        :class:`CoordinatorWriteError` when the append fails."""
+        ctx = self.active_context(partition)
+        data = build_control_batch(ControlType.COMMIT if committed else ControlType.ABORT, producer_id,
+                                   producer_epoch, coordinator_epoch, _now_ms())
+        try:
+            self.writer.append(ctx.partition, data)
+        except KafkaError as exc:
+            raise CoordinatorWriteError(exc.code, exc.message) from None
+        replay_end = getattr(ctx.shard, "replay_end_transaction", None)
+        if replay_end is not None:
+            replay_end(producer_id, producer_epoch, committed)
 
     def run_timer(self, partition: int, key: str, op: Callable[[], CoordinatorResult[Any]]) -> None:
         ctx = self.contexts.get(partition)

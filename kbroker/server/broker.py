@@ -34,6 +34,8 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         from kbroker.controller.quorum_controller import QuorumController
         from kbroker.coordinator.group.service import GroupCoordinator
+        from kbroker.coordinator.transaction.service import TransactionCoordinator
+        from kbroker.server.handlers.write_txn_markers import write_marker
         from kbroker.storage.log_manager import LogManager
 
         self.config = config
@@ -45,6 +47,8 @@ class Broker:
             producer_id_expiration_check_interval_ms=config.get_int("producer.id.expiration.check.interval.ms"))
         self.replica_manager = ReplicaManager(self)
         self.group_coordinator = GroupCoordinator.for_broker(self)
+        self.transaction_coordinator = TransactionCoordinator.for_broker(
+            self, lambda *args: write_marker(self, *args))
         self.apis = Apis(self)
         self.connections: set[KafkaConnection] = set()
         self.servers: list[asyncio.AbstractServer] = []
@@ -124,6 +128,7 @@ class Broker:
         self.controller.add_listener(self.replica_manager.on_metadata_update)
         self.controller.add_listener(self._apply_config_changes)
         self.group_coordinator.startup()  # loads __consumer_offsets partitions; follows metadata changes
+        self.transaction_coordinator.startup()  # loads __transaction_state; finishes prepared transactions
         loop = asyncio.get_running_loop()
         await self._start_metrics()
         controller_names = {n.upper() for n in self.config.get_list("controller.listener.names")}
@@ -223,6 +228,7 @@ class Broker:
                 pass
         if self.metrics is not None:
             await self.metrics.close()
+        self.transaction_coordinator.shutdown()
         self.group_coordinator.shutdown()
         self.log_manager.shutdown()
         self.controller.shutdown()

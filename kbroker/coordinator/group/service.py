@@ -41,6 +41,7 @@ from kbroker.coordinator.runtime import (
     partition_for,
 )
 from kbroker.protocol.errors import ErrorCode, KafkaError
+from kbroker.storage.producer_state import AppendOrigin
 from kbroker.protocol.messages import (
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
@@ -83,7 +84,7 @@ class ReplicaManagerWriter:
         rm = self.replica_manager
         part = rm.get_leader_partition(self.topic, partition)
         try:
-            info = rm.append_records(part, memoryview(records), -1)
+            info = rm.append_records(part, memoryview(records), -1, AppendOrigin.COORDINATOR)
         except OSError as exc:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from None
         return info.first_offset
@@ -379,16 +380,55 @@ class GroupCoordinator:
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
                       require_stable: bool = False) -> tuple[int, list[FetchedOffset]]:
-        """(group error, offsets). ``require_stable`` needs no waiting: there are no pending transactional
-        offsets yet (UNSTABLE_OFFSET_COMMIT comes with TxnOffsetCommit)."""
+        """(group error, offsets). With ``require_stable`` a partition whose offset is pending in an open
+        transaction gets UNSTABLE_OFFSET_COMMIT."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, []
+
+        def fetch(shard: GroupCoordinatorShard) -> list[FetchedOffset]:
+            offsets = shard.fetch_offsets(group_id, topics)
+            return shard.mark_unstable_offsets(group_id, offsets) if require_stable else offsets
+
         try:
-            offsets = self.runtime.read(self.partition_for(group_id),
-                                        lambda shard: shard.fetch_offsets(group_id, topics))
+            offsets = self.runtime.read(self.partition_for(group_id), fetch)
         except KafkaError as exc:
             return exc.code, []
         return ErrorCode.NONE, offsets
+
+    # ---- transactions
+    def txn_offset_commit(self, group_id: str, producer_id: int, producer_epoch: int, generation_id: int,
+                          member_id: str, group_instance_id: str | None,
+                          partitions: list[CommitPartition]) -> list[CommitPartition]:
+        """TxnOffsetCommit: the offsets are written as a transactional batch and stay pending until the
+        transaction's marker reaches this partition (:meth:`complete_transaction`)."""
+        try:
+            result = self.runtime.write(self.partition_for(group_id), lambda shard: shard.txn_offset_commit(
+                group_id, producer_id, producer_epoch, generation_id, member_id, group_instance_id, partitions))
+        except CoordinatorWriteError as exc:
+            code = ErrorCode.INVALID_COMMIT_OFFSET_SIZE if exc.append_error in _COMMIT_TOO_LARGE else exc.code
+            for p in partitions:
+                if not p.error_code:
+                    p.error_code = code
+            return partitions
+        except KafkaError as exc:
+            for p in partitions:
+                if not p.error_code:
+                    p.error_code = exc.code
+            return partitions
+        assert result is not None
+        return result
+
+    def complete_transaction(self, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                             committed: bool) -> int:
+        """Write a transaction marker to ``__consumer_offsets-<partition>`` (WriteTxnMarkers): pending
+        offsets of the producer are committed or dropped. Returns the error code."""
+        try:
+            self.runtime.write_marker(partition, producer_id, producer_epoch, coordinator_epoch, committed)
+        except CoordinatorWriteError as exc:
+            return exc.append_error
+        except KafkaError as exc:
+            return exc.code
+        return ErrorCode.NONE
 
     def delete_offsets(self, group_id: str,
                        topics: list[tuple[str, list[int]]]) -> tuple[int, dict[tuple[str, int], int]]:

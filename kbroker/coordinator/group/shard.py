@@ -189,6 +189,8 @@ class GroupCoordinatorShard(ConsumerGroupOps):
         self.timer = timer
         self.now_ms = now_ms
         self.new_member_id = new_member_id or (lambda prefix: f"{prefix}-{uuid.uuid4()}")
+        #: producer id -> group id -> (topic, partition) -> OffsetCommitValue of an open transaction
+        self.pending_txn_offsets: dict[int, dict[str, dict[tuple[str, int], Any]]] = {}
         self.groups: dict[str, ClassicGroup] = {}
         #: group id -> topic -> partition -> committed offset
         self.offsets: dict[str, dict[str, dict[int, OffsetAndMetadata]]] = {}
@@ -200,6 +202,11 @@ class GroupCoordinatorShard(ConsumerGroupOps):
     # ==================================================================================== replay
     def replay(self, offset: int, producer_id: int, producer_epoch: int, record: CoordinatorRecord) -> None:
         key = record.key
+        if producer_id >= 0 and isinstance(key, OffsetCommitKey):
+            # a TxnOffsetCommit: pending until the transaction's marker (replay_end_transaction)
+            self.pending_txn_offsets.setdefault(producer_id, {}).setdefault(key.group, {})[
+                (key.topic, key.partition)] = record.value
+            return
         if isinstance(key, (OffsetCommitKey, LegacyOffsetCommitKey)):
             self._replay_offset_commit(key.group, key.topic, key.partition, record.value)
         elif isinstance(key, GroupMetadataKey):
@@ -919,6 +926,73 @@ class GroupCoordinatorShard(ConsumerGroupOps):
                 if partition in committed.get(topic, {}):
                     records.append(offset_commit_tombstone(group_id, topic, partition))
         return CoordinatorResult(records, (ErrorCode.NONE, errors))
+
+    # ==================================================================================== transactional offsets
+    def txn_offset_commit(self, group_id: str, producer_id: int, producer_epoch: int, generation_id: int,
+                          member_id: str, group_instance_id: str | None,
+                          partitions: list[CommitPartition]) -> CoordinatorResult[list[CommitPartition]]:
+        """TxnOffsetCommit: validate like an OffsetCommit (a commit with generation -1 and no member is
+        accepted in any state, and so is one during CompletingRebalance) and write the offsets as a
+        transactional batch of ``producer_id``; they stay pending until the transaction's COMMIT marker
+        (ABORT drops them)."""
+        error = self._validate_txn_offset_commit(group_id, generation_id, member_id, group_instance_id)
+        if error:
+            for p in partitions:
+                if not p.error_code:
+                    p.error_code = error
+            return CoordinatorResult(response=partitions)
+        now = self.now_ms()
+        records = []
+        for p in partitions:
+            if p.error_code:
+                continue
+            if p.metadata is not None and java_string_length(p.metadata) > self.config.offset_metadata_max_bytes:
+                p.error_code = ErrorCode.OFFSET_METADATA_TOO_LARGE
+                continue
+            records.append(offset_commit_record(group_id, p.topic, p.partition, p.offset, p.leader_epoch,
+                                                p.metadata or "", now))
+        return CoordinatorResult(records, partitions, producer_id=producer_id, producer_epoch=producer_epoch)
+
+    def _validate_txn_offset_commit(self, group_id: str, generation_id: int, member_id: str,
+                                    group_instance_id: str | None) -> int:
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        consumer = self.consumer_groups.get(group_id)
+        if consumer is not None:  # KIP-848 group: the generation field is the member epoch
+            return self.validate_consumer_group_commit(consumer, 9, member_id, generation_id, transactional=True)
+        group = self.groups.get(group_id)
+        if generation_id < 0 and not member_id and group_instance_id is None:
+            if group is not None and group.is_in(ClassicGroupState.DEAD):
+                return ErrorCode.COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.NONE  # no group management: a simple group is created when the offsets commit
+        error = self._validate_offset_commit(
+            RequestMeta(api_version=8),
+            OffsetCommitInput(group_id, generation_id, member_id, group_instance_id, -1, []))
+        return ErrorCode.NONE if error == ErrorCode.REBALANCE_IN_PROGRESS else error
+
+    def replay_end_transaction(self, producer_id: int, producer_epoch: int, committed: bool) -> None:
+        """A COMMIT/ABORT marker of ``producer_id`` in this partition: its pending offsets become committed
+        offsets, or are dropped."""
+        pending = self.pending_txn_offsets.pop(producer_id, None)
+        if not pending or not committed:
+            return
+        for group_id, offsets in pending.items():
+            for (topic, partition), value in offsets.items():
+                self._replay_offset_commit(group_id, topic, partition, value)
+
+    def has_pending_txn_offset(self, group_id: str, topic: str, partition: int) -> bool:
+        return any((topic, partition) in groups.get(group_id, {}) for groups in self.pending_txn_offsets.values())
+
+    def mark_unstable_offsets(self, group_id: str, offsets: list[FetchedOffset]) -> list[FetchedOffset]:
+        """OffsetFetch with ``require_stable``: partitions with a pending transactional offset get
+        UNSTABLE_OFFSET_COMMIT (offset -1); the client retries until the transaction is decided."""
+        if not self.pending_txn_offsets:
+            return offsets
+        for o in offsets:
+            if self.has_pending_txn_offset(group_id, o.topic, o.partition):
+                o.error_code = ErrorCode.UNSTABLE_OFFSET_COMMIT
+                o.committed_offset, o.leader_epoch, o.metadata = -1, -1, ""
+        return offsets
 
     # ==================================================================================== admin
     def list_groups(self, states: set[str] | None, types: set[str] | None) -> list[ListGroupsResponse.ListedGroup]:

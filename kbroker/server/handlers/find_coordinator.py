@@ -5,7 +5,8 @@ Behavior:
   of ``__consumer_offsets``). The first lookup creates ``__consumer_offsets`` through the controller
   (``offsets.topic.num.partitions`` partitions, compacted); if that fails the answer is
   COORDINATOR_NOT_AVAILABLE, which clients retry;
-* key type 1 (transaction): this node as well (the transaction coordinator comes with the exactly-once work);
+* key type 1 (transaction): this node as well; the first lookup creates ``__transaction_state``
+  (``transaction.state.log.num.partitions`` partitions, compacted), COORDINATOR_NOT_AVAILABLE if that fails;
 * other key types (2 = share groups, not served): INVALID_REQUEST;
 * the endpoint is this node's advertised address on the listener the request came in on.
 Version notes:
@@ -31,7 +32,11 @@ def _find(ctx, key_type: int, key: str) -> tuple[int, int, str, int]:
         error = ctx.broker.group_coordinator.ensure_offsets_topic()
         if error:
             return error, -1, "", -1
-    elif key_type != KEY_TYPE_TRANSACTION:
+    elif key_type == KEY_TYPE_TRANSACTION:
+        error = ctx.broker.transaction_coordinator.ensure_topic()
+        if error:
+            return error, -1, "", -1
+    else:
         return ErrorCode.INVALID_REQUEST, -1, "", -1
     listener = ctx.broker.advertised_listener(ctx.listener_name)
     if listener is None:

@@ -9,12 +9,16 @@ Behavior:
   an idempotent producer asks for (v3+, its current id and epoch, e.g. after OUT_OF_ORDER_SEQUENCE_NUMBER):
   it gets a *new* producer id, not the old id with epoch + 1. Ids come from blocks recorded in the
   metadata log (ProducerIdsRecord);
-* an empty transactional id is INVALID_REQUEST; any other transactional id needs the transaction
-  coordinator (the transactions part of the exactly-once issue); until then such requests get
-  NOT_COORDINATOR.
+* an empty transactional id is INVALID_REQUEST; any other goes to the transaction coordinator
+  (``kbroker/coordinator/transaction``): NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while its
+  ``__transaction_state`` partition is not served here; INVALID_TRANSACTION_TIMEOUT outside
+  ``(0, transaction.max.timeout.ms]``; a new id gets a producer id with epoch 0, a known one an epoch bump
+  (fencing older producers); an open transaction of the fenced producer is aborted first and the answer is
+  CONCURRENT_TRANSACTIONS (the client retries); PRODUCER_FENCED for a KIP-360 request naming an older
+  producer.
 Version notes:
 * v3: ProducerId/ProducerEpoch (KIP-360); v4: PRODUCER_FENCED (older versions get INVALID_PRODUCER_EPOCH
-  instead, which matters once transactional ids are served).
+  instead).
 """
 
 from __future__ import annotations
@@ -30,40 +34,30 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 
 
-class ProducerIdManager:
-    """Hands out producer ids from blocks allocated by the controller."""
-
-    def __init__(self, controller) -> None:
-        self.controller = controller
-        self.next_id = 0
-        self.end = 0
-
-    def generate(self) -> int:
-        if self.next_id >= self.end:
-            first, size = self.controller.allocate_producer_ids()
-            self.next_id, self.end = first, first + size
-        pid = self.next_id
-        self.next_id += 1
-        return pid
-
-
-def _error(code: ErrorCode) -> InitProducerIdResponse:
+def _error(code: int) -> InitProducerIdResponse:
     return InitProducerIdResponse(error_code=code, producer_id=NO_PRODUCER_ID, producer_epoch=NO_PRODUCER_EPOCH)
 
 
 async def handle(ctx, request: InitProducerIdRequest) -> InitProducerIdResponse:
-    broker = ctx.broker
+    tc = ctx.broker.transaction_coordinator
     has_id = request.producer_id != NO_PRODUCER_ID
     has_epoch = request.producer_epoch != NO_PRODUCER_EPOCH
     if has_id != has_epoch:
         return _error(ErrorCode.INVALID_REQUEST)
-    if request.transactional_id is not None:
-        return _error(ErrorCode.INVALID_REQUEST if request.transactional_id == "" else ErrorCode.NOT_COORDINATOR)
-    manager = getattr(broker, "producer_id_manager", None)
-    if manager is None:
-        manager = broker.producer_id_manager = ProducerIdManager(broker.controller)
-    try:
-        producer_id = manager.generate()
-    except KafkaError as exc:
-        return _error(exc.code)
-    return InitProducerIdResponse(error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0)
+    if request.transactional_id is None:
+        try:
+            producer_id = tc.producer_id_manager.generate()
+        except KafkaError as exc:
+            return _error(exc.code)
+        return InitProducerIdResponse(error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0)
+    if request.transactional_id == "":
+        return _error(ErrorCode.INVALID_REQUEST)
+    expected = (request.producer_id, request.producer_epoch) if has_id else None
+    result = tc.init_producer_id(request.transactional_id, request.transaction_timeout_ms, expected)
+    code = result.error_code
+    if code == ErrorCode.PRODUCER_FENCED and ctx.api_version < 4:
+        code = ErrorCode.INVALID_PRODUCER_EPOCH
+    if code:
+        return _error(code)
+    return InitProducerIdResponse(error_code=ErrorCode.NONE, producer_id=result.producer_id,
+                                  producer_epoch=result.producer_epoch)

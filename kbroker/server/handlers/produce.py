@@ -18,17 +18,26 @@ Behavior:
   producer id is accepted at any sequence (Kafka 4.x never answers UNKNOWN_PRODUCER_ID here);
 * a request holding a transactional batch fails as a whole with TRANSACTIONAL_ID_AUTHORIZATION_FAILED
   when it has no transactional id, as in Kafka;
+* transactional batches (transactions version 1): the first batch of a transaction in a partition is checked
+  with the transaction coordinator (Kafka's transaction verification, the AddPartitionsToTxn verify-only
+  question asked in-process): the partition must be in the producer's Ongoing transaction with this producer
+  id and epoch, else INVALID_TXN_STATE (not added), INVALID_PRODUCER_EPOCH (fenced),
+  INVALID_PRODUCER_ID_MAPPING, or NOT_ENOUGH_REPLICAS (retriable) while the coordinator is loading or the
+  previous transaction completes. Later batches of the open transaction go straight to the log, whose
+  producer state refuses an older epoch;
 * internal topics (``__consumer_offsets``, ``__transaction_state``) refuse client writes with
   INVALID_TOPIC_EXCEPTION, as Kafka does;
 * acks=-1 answers once the high watermark passes the batch; with one node that is right after the append.
 Version notes:
 * v8: record errors and error message; v10: CurrentLeader tag on leader errors; v13: topic ids.
-Skipped here (later issues): transactional produce (requests with a transactional id are refused).
+* v12 (transactions version 2, implicit AddPartitionsToTxn) is accepted but handled as version 1:
+  ``transaction.version`` is not finalized, so clients do not rely on it.
 """
 
 from __future__ import annotations
 
 import logging
+import struct
 
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import CorruptRecordError, ErrorCode, KafkaError
@@ -36,6 +45,7 @@ from kbroker.protocol.messages import ProduceRequest, ProduceResponse
 from kbroker.protocol.records import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
+    PRODUCER_ID_OFFSET,
     TRANSACTIONAL_FLAG,
     RecordBatch,
     decompress,
@@ -45,6 +55,8 @@ from kbroker.server.handlers import common
 from kbroker.server.network import CloseConnection
 
 log = logging.getLogger(__name__)
+
+PRODUCER_ID_AND_EPOCH = struct.Struct(">qh")
 
 API_KEY = ApiKey.PRODUCE
 VERSIONS = range(3, 14)
@@ -116,6 +128,34 @@ def has_transactional_records(request: ProduceRequest) -> bool:
     return False
 
 
+#: how a data broker reports the coordinator's verification answer to a transactions-v1 producer
+_VERIFICATION_ERRORS = {
+    ErrorCode.PRODUCER_FENCED: ErrorCode.INVALID_PRODUCER_EPOCH,
+    ErrorCode.TRANSACTION_ABORTABLE: ErrorCode.INVALID_TXN_STATE,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.NOT_COORDINATOR: ErrorCode.NOT_ENOUGH_REPLICAS,
+    ErrorCode.CONCURRENT_TRANSACTIONS: ErrorCode.NOT_ENOUGH_REPLICAS,
+}
+
+
+def verify_transaction(broker, transactional_id: str, part, records: memoryview) -> None:
+    """Before the first batch of a transaction lands in a partition, make sure the coordinator added the
+    partition to that transaction (raises KafkaError otherwise)."""
+    if not records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
+        return
+    producer_id, producer_epoch = PRODUCER_ID_AND_EPOCH.unpack_from(records, PRODUCER_ID_OFFSET)
+    entry = part.log.producer_state.last_entry(producer_id)
+    if entry is not None and entry.current_txn_first_offset >= 0 and entry.producer_epoch == producer_epoch:
+        return  # the transaction is already open here
+    tp = (part.topic, part.partition_index)
+    code = broker.transaction_coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, [tp])[tp]
+    if code:
+        code = _VERIFICATION_ERRORS.get(code, code)
+        raise KafkaError(ErrorCode(code), f"transaction verification of {tp[0]}-{tp[1]} failed: "
+                                          f"{ErrorCode(code).name}")
+
+
 async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
     broker = ctx.broker
     version = ctx.api_version
@@ -146,15 +186,14 @@ async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
                     raise KafkaError(request_error)
                 if topic_error:
                     raise KafkaError(topic_error)
-                if request.transactional_id is not None:
-                    raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                     "transactions are not supported yet")
                 if common.is_internal_topic(topic.name) and ctx.client_id != ADMIN_CLIENT_ID:
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                      f"Cannot append to internal topic {topic.name}")
                 part = rm.get_leader_partition(topic.name, pdata.index)
                 max_bytes = broker.topic_config_int(topic.name, "max.message.bytes")
                 records = validate_batches(pdata.records, version, max_bytes)
+                if request.transactional_id is not None:
+                    verify_transaction(broker, request.transactional_id, part, records)
                 info = rm.append_records(part, records, acks)
                 pr.base_offset = info.first_offset
                 pr.log_append_time_ms = info.log_append_time

@@ -1,0 +1,364 @@
+"""``TransactionCoordinator``: the broker-facing transaction coordinator (asyncio side of the runtime).
+
+* Owns a :class:`~kbroker.coordinator.runtime.CoordinatorRuntime` whose shards are
+  :class:`~kbroker.coordinator.transaction.shard.TransactionCoordinatorShard`, one per ``__transaction_state``
+  partition this node leads; records reach the log through the group coordinator's ``ReplicaManagerWriter``.
+* Creates ``__transaction_state`` on first use (FindCoordinator with the transaction key type):
+  ``transaction.state.log.num.partitions`` partitions, compacted, uncompressed, replication factor capped at
+  the number of live brokers.
+* Follows the metadata image: partitions this node leads are loaded (replayed from the log start), the others
+  unloaded. The coordinator epoch written into markers is the partition's leader epoch.
+* **Markers.** Once a PrepareCommit/PrepareAbort record is durable (EndTxn, a fencing InitProducerId, a
+  timeout, or a shard loaded with such a transaction), the coordinator writes a COMMIT/ABORT marker to every
+  partition of the transaction through ``marker_writer`` (the broker calls its replica manager directly, and
+  the group coordinator for ``__consumer_offsets``), then the CompleteCommit/CompleteAbort record. Partitions
+  that fail with a retriable error are retried every :data:`MARKER_RETRY_MS`; a deleted topic counts as done.
+  With the default ``kbroker.transaction.marker.delay.ms`` of 0 this all happens before EndTxn is answered; a
+  positive delay (tests only) spreads the markers out to open a window for crash tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from kbroker.controller.quorum_controller import CreateTopicSpec
+from kbroker.coordinator.group.service import AsyncioScheduler, ReplicaManagerWriter
+from kbroker.coordinator.runtime import (
+    CoordinatorRecordSerde,
+    CoordinatorRuntime,
+    CoordinatorTimer,
+    Scheduler,
+    ShardState,
+    partition_for,
+)
+from kbroker.coordinator.transaction.config import TRANSACTION_STATE_TOPIC, TransactionCoordinatorConfig
+from kbroker.coordinator.transaction.metadata import TransactionState
+from kbroker.coordinator.transaction.producer_id_manager import ProducerIdManager
+from kbroker.coordinator.transaction.shard import (
+    InitProducerIdResult,
+    PendingCompletion,
+    TransactionCoordinatorShard,
+)
+from kbroker.protocol import coordinator_records as cr
+from kbroker.protocol.errors import ErrorCode, KafkaError
+from kbroker.protocol.messages import DescribeTransactionsResponse, ListTransactionsResponse
+
+log = logging.getLogger(__name__)
+
+TRANSACTION_COORDINATOR_SERDE = CoordinatorRecordSerde((cr.TransactionLogKey, cr.TransactionLogValue))
+MARKER_RETRY_MS = 200
+
+#: marker_writer(topic, partition, producer_id, producer_epoch, coordinator_epoch, commit) -> error code
+MarkerWriter = Callable[[str, int, int, int, int, bool], int]
+
+#: marker results after which the partition needs no marker any more
+_MARKER_DONE = {ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+#: marker results that retrying cannot fix (logged; the partition is given up)
+_MARKER_FATAL = {ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                 ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                 ErrorCode.INVALID_TXN_STATE}
+
+
+@dataclass(eq=False)
+class _MarkerJob:
+    partition: int
+    completion: PendingCompletion
+    remaining: list[tuple[str, int]] = field(default_factory=list)
+
+
+class TransactionCoordinator:
+    """See the module docstring. ``controller`` needs ``image``, ``create_topics``, ``add_listener`` and
+    ``allocate_producer_ids``."""
+
+    def __init__(self, config: TransactionCoordinatorConfig, node_id: int, controller: Any, replica_manager: Any,
+                 marker_writer: MarkerWriter, scheduler: Scheduler | None = None,
+                 topic: str = TRANSACTION_STATE_TOPIC) -> None:
+        self.config = config
+        self.node_id = node_id
+        self.controller = controller
+        self.topic = topic
+        self.marker_writer = marker_writer
+        self.scheduler: Scheduler = scheduler or AsyncioScheduler()
+        self.writer = ReplicaManagerWriter(replica_manager, topic)
+        self.producer_id_manager = ProducerIdManager(controller)
+        self.runtime: CoordinatorRuntime[TransactionCoordinatorShard] = CoordinatorRuntime(
+            self.writer, self.scheduler, self._build_shard, TRANSACTION_COORDINATOR_SERDE,
+            name="transaction-coordinator")
+        self._load_tasks: dict[int, asyncio.Task[None]] = {}
+        self._started = False
+        self._prepared: deque[tuple[int, PendingCompletion]] = deque()
+        self._drain_scheduled = False
+        self._jobs: dict[str, _MarkerJob] = {}
+
+    @classmethod
+    def for_broker(cls, broker: Any, marker_writer: MarkerWriter) -> TransactionCoordinator:
+        return cls(TransactionCoordinatorConfig.from_broker_config(broker.config), broker.node_id,
+                   broker.controller, broker.replica_manager, marker_writer)
+
+    def _coordinator_epoch(self, partition: int) -> int:
+        topic = self.controller.image.topics_by_name.get(self.topic)
+        p = topic.partitions.get(partition) if topic is not None else None
+        return max(p.leader_epoch, 0) if p is not None else 0
+
+    def _build_shard(self, partition: int, timer: CoordinatorTimer) -> TransactionCoordinatorShard:
+        return TransactionCoordinatorShard(partition, self.config, timer, self.scheduler.now_ms,
+                                           self.producer_id_manager.generate, self._coordinator_epoch(partition),
+                                           self._on_prepared)
+
+    # ---- life cycle
+    def startup(self) -> None:
+        self._started = True
+        self.controller.add_listener(self._on_metadata_update)
+        self._sync_with_image(self.controller.image)
+
+    def shutdown(self) -> None:
+        self._started = False
+        remove = getattr(self.controller, "remove_listener", None)
+        if remove is not None:
+            try:
+                remove(self._on_metadata_update)
+            except (KeyError, ValueError):
+                pass
+        for task in self._load_tasks.values():
+            task.cancel()
+        self._load_tasks.clear()
+        self._jobs.clear()
+        self.runtime.close()
+
+    def _on_metadata_update(self, old: Any, new: Any, *_: Any) -> None:
+        if self._started:
+            self._sync_with_image(new)
+
+    def _sync_with_image(self, image: Any) -> None:
+        topic = image.topics_by_name.get(self.topic)
+        led = set()
+        if topic is not None:
+            led = {p.partition_id for p in topic.partitions.values() if p.leader == self.node_id}
+        for partition in self.runtime.partitions():
+            if partition not in led:
+                log.info("transaction coordinator: no longer leading %s-%d; unloading", self.topic, partition)
+                task = self._load_tasks.pop(partition, None)
+                if task is not None:
+                    task.cancel()
+                self.runtime.unload(partition)
+                for txn_id in [k for k, job in self._jobs.items() if job.partition == partition]:
+                    del self._jobs[txn_id]
+        for partition in sorted(led):
+            if self.runtime.state_of(partition) is None:
+                self._schedule_load(partition)
+
+    def _schedule_load(self, partition: int) -> None:
+        try:
+            empty = self.writer.log_end_offset(partition) <= self.writer.log_start_offset(partition)
+        except KafkaError:
+            return  # the replica manager has not created the log yet; a later image will
+        steps = self.runtime.load_steps(partition)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if empty or loop is None:
+            for _ in steps:
+                pass
+            return
+        self._load_tasks[partition] = loop.create_task(self._load(partition, steps))
+
+    async def _load(self, partition: int, steps: Any) -> None:
+        try:
+            for _ in steps:
+                await asyncio.sleep(0)
+        finally:
+            self._load_tasks.pop(partition, None)
+
+    async def wait_loaded(self) -> None:
+        while self._load_tasks:
+            await asyncio.gather(*list(self._load_tasks.values()), return_exceptions=True)
+
+    # ---- the topic
+    def num_partitions(self) -> int:
+        topic = self.controller.image.topics_by_name.get(self.topic)
+        if topic is not None and topic.partitions:
+            return len(topic.partitions)
+        return self.config.num_partitions
+
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.num_partitions())
+
+    def ensure_topic(self) -> int:
+        """Create ``__transaction_state`` if it does not exist; NONE, or COORDINATOR_NOT_AVAILABLE."""
+        image = self.controller.image
+        if self.topic in image.topics_by_name:
+            return ErrorCode.NONE
+        live = len(image.live_brokers()) if hasattr(image, "live_brokers") else 1
+        replication = max(1, min(self.config.replication_factor, live))
+        spec = CreateTopicSpec(name=self.topic, num_partitions=self.config.num_partitions,
+                               replication_factor=replication,
+                               configs={"cleanup.policy": "compact", "compression.type": "uncompressed",
+                                        "segment.bytes": str(self.config.segment_bytes)})
+        try:
+            result = self.controller.create_topics([spec])[0]
+        except Exception:
+            log.exception("creating %s failed", self.topic)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if result.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+            log.warning("creating %s failed: %s %s", self.topic, ErrorCode(result.error_code).name,
+                        result.error_message)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        log.info("created %s with %d partitions (replication factor %d)", self.topic, self.config.num_partitions,
+                 replication)
+        return ErrorCode.NONE
+
+    def coordinator_state(self, transactional_id: str) -> int:
+        try:
+            self.runtime.active_context(self.partition_for(transactional_id))
+        except KafkaError as exc:
+            return exc.code
+        return ErrorCode.NONE
+
+    # ---- operations
+    def init_producer_id(self, transactional_id: str, txn_timeout_ms: int,
+                         expected: tuple[int, int] | None) -> InitProducerIdResult:
+        try:
+            result = self.runtime.write(self.partition_for(transactional_id),
+                                        lambda shard: shard.init_producer_id(transactional_id, txn_timeout_ms,
+                                                                             expected))
+        except KafkaError as exc:
+            return InitProducerIdResult(exc.code)
+        self._drain()
+        assert result is not None
+        return result
+
+    def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                       partitions: list[tuple[str, int]]) -> int:
+        try:
+            result = self.runtime.write(self.partition_for(transactional_id),
+                                        lambda shard: shard.add_partitions(transactional_id, producer_id,
+                                                                           producer_epoch, partitions))
+        except KafkaError as exc:
+            return exc.code
+        assert result is not None
+        return result
+
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Per partition: NONE when it is part of the producer's open transaction (see the shard)."""
+        try:
+            return self.runtime.read(self.partition_for(transactional_id),
+                                     lambda shard: shard.verify_partitions(transactional_id, producer_id,
+                                                                           producer_epoch, partitions))
+        except KafkaError as exc:
+            return {tp: exc.code for tp in partitions}
+
+    def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
+        try:
+            result = self.runtime.write(self.partition_for(transactional_id),
+                                        lambda shard: shard.end_transaction(transactional_id, producer_id,
+                                                                            producer_epoch, commit))
+        except KafkaError as exc:
+            return exc.code
+        self._drain()
+        assert result is not None
+        return result
+
+    def describe(self, transactional_id: str) -> DescribeTransactionsResponse.TransactionState:
+        if not transactional_id:
+            return DescribeTransactionsResponse.TransactionState(transactional_id=transactional_id,
+                                                                 error_code=ErrorCode.INVALID_REQUEST)
+        try:
+            return self.runtime.read(self.partition_for(transactional_id),
+                                     lambda shard: shard.describe(transactional_id))
+        except KafkaError as exc:
+            return DescribeTransactionsResponse.TransactionState(transactional_id=transactional_id,
+                                                                 error_code=exc.code)
+
+    def list_transactions(self, state_filters: list[str], producer_ids: list[int], duration_ms: int,
+                          pattern: str | None) -> ListTransactionsResponse:
+        resp = ListTransactionsResponse()
+        states: set[TransactionState] = set()
+        for name in state_filters:
+            state = TransactionState.parse(name)
+            if state is None:
+                resp.unknown_state_filters.append(name)
+            else:
+                states.add(state)
+        if state_filters and not states:
+            return resp  # only unknown states: nothing can match
+        try:
+            regex = re.compile(pattern) if pattern else None
+        except re.error:
+            resp.error_code = ErrorCode.INVALID_REGULAR_EXPRESSION
+            return resp
+        now = self.scheduler.now_ms()
+        for partition in self.runtime.partitions():
+            state = self.runtime.state_of(partition)
+            if state is ShardState.LOADING:
+                resp.error_code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                continue
+            if state is not ShardState.ACTIVE:
+                continue
+            resp.transaction_states.extend(self.runtime.read(partition, lambda shard: shard.list_transactions(
+                states, set(producer_ids), duration_ms, regex, now)))
+        return resp
+
+    # ---- markers
+    def _on_prepared(self, partition: int, completion: PendingCompletion) -> None:
+        """A shard made a PrepareX record durable (or loaded one): its markers are due."""
+        self._prepared.append((partition, completion))
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            self.scheduler.call_later(0, self._drain)
+
+    def _drain(self) -> None:
+        self._drain_scheduled = False
+        while self._prepared:
+            partition, completion = self._prepared.popleft()
+            job = _MarkerJob(partition, completion, list(completion.partitions))
+            self._jobs[completion.transactional_id] = job
+            self._advance(job)
+
+    def _advance(self, job: _MarkerJob) -> None:
+        c = job.completion
+        if self._jobs.get(c.transactional_id) is not job:
+            return  # unloaded, or superseded by a newer completion
+        while job.remaining:
+            topic, partition = job.remaining[0]
+            try:
+                error = self.marker_writer(topic, partition, c.producer_id, c.producer_epoch, c.coordinator_epoch,
+                                           c.commit)
+            except Exception:
+                log.exception("writing a marker to %s-%d failed", topic, partition)
+                error = ErrorCode.UNKNOWN_SERVER_ERROR
+            if error in _MARKER_DONE or error in _MARKER_FATAL:
+                if error in _MARKER_FATAL:
+                    log.error("transactional id %s: %s marker for %s-%d refused with %s; giving up on it",
+                              c.transactional_id, "COMMIT" if c.commit else "ABORT", topic, partition,
+                              ErrorCode(error).name)
+                job.remaining.pop(0)
+                if job.remaining and self.config.marker_delay_ms > 0:
+                    self.scheduler.call_later(self.config.marker_delay_ms, lambda: self._advance(job))
+                    return
+                continue
+            log.info("transactional id %s: marker for %s-%d failed with %s; retrying", c.transactional_id, topic,
+                     partition, ErrorCode(error).name)
+            self.scheduler.call_later(MARKER_RETRY_MS, lambda: self._advance(job))
+            return
+        try:
+            self.runtime.write(job.partition, lambda shard: shard.complete_transaction(c))
+        except KafkaError as exc:
+            if exc.code == ErrorCode.NOT_COORDINATOR:
+                self._jobs.pop(c.transactional_id, None)
+                return
+            log.warning("transactional id %s: writing the completion failed with %s; retrying", c.transactional_id,
+                        ErrorCode(exc.code).name)
+            self.scheduler.call_later(MARKER_RETRY_MS, lambda: self._advance(job))
+            return
+        if self._jobs.get(c.transactional_id) is job:
+            del self._jobs[c.transactional_id]
+
+    def pending_marker_jobs(self) -> int:
+        return len(self._jobs)

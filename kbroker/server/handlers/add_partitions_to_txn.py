@@ -1,0 +1,72 @@
+"""AddPartitionsToTxn (API key 24), versions 0-5.
+
+Behavior:
+* v0-3 (clients): one transaction; the partitions join the producer's transaction (state Ongoing, written to
+  ``__transaction_state``). Partitions of unknown topics get UNKNOWN_TOPIC_OR_PARTITION and, as in Kafka,
+  every other partition OPERATION_NOT_ATTEMPTED; otherwise each partition gets the coordinator's answer:
+  NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS, INVALID_PRODUCER_ID_MAPPING (unknown id or another producer
+  id), PRODUCER_FENCED (another epoch; INVALID_PRODUCER_EPOCH before v2), CONCURRENT_TRANSACTIONS (the
+  previous transaction is still completing), INVALID_REQUEST for an empty transactional id;
+* v4-5 (broker to coordinator, batched): ``Transactions`` answered one by one in ``ResultsByTransaction``;
+  with ``VerifyOnly`` nothing is written and each partition is NONE if it is in the transaction,
+  TRANSACTION_ABORTABLE if not (or the producer's error for all of them); without it the partitions are
+  added as for v3.
+Version notes:
+* v2: PRODUCER_FENCED; v3: flexible; v4: batched broker form, top-level ErrorCode; v5: TRANSACTION_ABORTABLE
+  may be returned to clients.
+"""
+
+from __future__ import annotations
+
+from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.errors import ErrorCode
+from kbroker.protocol.messages import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse as R
+
+API_KEY = ApiKey.ADD_PARTITIONS_TO_TXN
+VERSIONS = range(0, 6)
+
+
+def _results(partitions: list[tuple[str, int]], errors: dict[tuple[str, int], int]) -> list[R.AddPartitionsToTxnTopicResult]:
+    by_topic: dict[str, list[R.AddPartitionsToTxnPartitionResult]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(R.AddPartitionsToTxnPartitionResult(
+            partition_index=partition, partition_error_code=errors[(topic, partition)]))
+    return [R.AddPartitionsToTxnTopicResult(name=t, results_by_partition=ps) for t, ps in by_topic.items()]
+
+
+def add_or_verify(ctx, transactional_id: str, producer_id: int, producer_epoch: int, topics, verify_only: bool,
+                  version: int) -> list[R.AddPartitionsToTxnTopicResult]:
+    tc = ctx.broker.transaction_coordinator
+    image = ctx.broker.controller.image
+    partitions = list(dict.fromkeys((t.name, p) for t in topics for p in t.partitions))
+    if not transactional_id:
+        return _results(partitions, {tp: ErrorCode.INVALID_REQUEST for tp in partitions})
+    unknown = {tp for tp in partitions
+               if tp[0] not in image.topics_by_name or tp[1] not in image.topics_by_name[tp[0]].partitions}
+    if unknown:
+        return _results(partitions, {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+                                     else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in partitions})
+    if verify_only:
+        errors = tc.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
+    else:
+        code = tc.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
+        errors = {tp: code for tp in partitions}
+    if version < 2:
+        errors = {tp: ErrorCode.INVALID_PRODUCER_EPOCH if e == ErrorCode.PRODUCER_FENCED else e
+                  for tp, e in errors.items()}
+    return _results(partitions, errors)
+
+
+async def handle(ctx, request: AddPartitionsToTxnRequest) -> R:
+    version = ctx.api_version
+    if version <= 3:
+        return R(results_by_topic_v3_and_below=add_or_verify(
+            ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch, request.v3_and_below_topics, False, version))
+    resp = R()
+    for txn in request.transactions:
+        resp.results_by_transaction.append(R.AddPartitionsToTxnResult(
+            transactional_id=txn.transactional_id,
+            topic_results=add_or_verify(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
+                                        txn.verify_only, version)))
+    return resp

@@ -1,0 +1,79 @@
+"""TxnOffsetCommit (API key 28), versions 0-4 (v5, transactions version 2, is not advertised).
+
+Behavior:
+* the group's ``__consumer_offsets`` partition must already be in the producer's transaction
+  (AddOffsetsToTxn): the transaction coordinator is asked, as Kafka's verification does; otherwise
+  INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING, or INVALID_PRODUCER_EPOCH / PRODUCER_FENCED (v3+) for an old
+  epoch, with nothing written;
+* the group member is validated like an OffsetCommit (v3+: generation, member id, group instance id); a
+  commit with generation -1 and no member id is accepted for any group state (Kafka's rule for transactional
+  commits) and creates a simple group when the transaction commits;
+* per partition: UNKNOWN_TOPIC_OR_PARTITION for an unknown topic, OFFSET_METADATA_TOO_LARGE; the others are
+  written as one transactional batch of the producer; they are pending (invisible to OffsetFetch, which
+  answers UNSTABLE_OFFSET_COMMIT with RequireStable) until the COMMIT marker reaches the partition, and dropped
+  by an ABORT marker.
+Version notes:
+* v2: committed leader epoch; v3: generation, member id, group instance id, flexible; PRODUCER_FENCED.
+"""
+
+from __future__ import annotations
+
+from kbroker.coordinator.group.config import OFFSETS_TOPIC
+from kbroker.coordinator.group.shard import CommitPartition
+from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.errors import ErrorCode
+from kbroker.protocol.messages import TxnOffsetCommitRequest, TxnOffsetCommitResponse as R
+
+API_KEY = ApiKey.TXN_OFFSET_COMMIT
+VERSIONS = range(0, 5)
+
+
+def verification_error(code: int, version: int) -> int:
+    """A verification answer as a data broker reports it to a transactions-v1 client."""
+    if code == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if code == ErrorCode.TRANSACTION_ABORTABLE:
+        return ErrorCode.INVALID_TXN_STATE
+    return code
+
+
+async def handle(ctx, request: TxnOffsetCommitRequest) -> R:
+    version = ctx.api_version
+    broker = ctx.broker
+    image = broker.controller.image
+    gc = broker.group_coordinator
+    parts: list[CommitPartition] = []
+    layout: list[tuple[str, list[CommitPartition]]] = []
+    for t in request.topics:
+        error = ErrorCode.NONE if t.name in image.topics_by_name else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        tps = [CommitPartition(topic=t.name, partition=p.partition_index, offset=p.committed_offset,
+                               leader_epoch=p.committed_leader_epoch if version >= 2 else -1,
+                               metadata=p.committed_metadata, error_code=error) for p in t.partitions]
+        parts.extend(tps)
+        layout.append((t.name, tps))
+    if not request.transactional_id:
+        error = ErrorCode.INVALID_REQUEST
+    elif not request.group_id:
+        error = ErrorCode.INVALID_GROUP_ID
+    else:
+        error = gc.coordinator_state(request.group_id)
+    if not error:
+        tp = (OFFSETS_TOPIC, gc.partition_for(request.group_id))
+        found = broker.transaction_coordinator.verify_partitions(
+            request.transactional_id, request.producer_id, request.producer_epoch, [tp])[tp]
+        error = verification_error(found, version)
+    if error:
+        for p in parts:
+            p.error_code = error
+    else:
+        gc.txn_offset_commit(request.group_id, request.producer_id, request.producer_epoch,
+                             request.generation_id if version >= 3 else -1,
+                             request.member_id if version >= 3 else "",
+                             request.group_instance_id if version >= 3 else None, parts)
+    if version < 3:
+        for p in parts:
+            if p.error_code == ErrorCode.PRODUCER_FENCED:
+                p.error_code = ErrorCode.INVALID_PRODUCER_EPOCH
+    return R(topics=[R.TxnOffsetCommitResponseTopic(name=name, partitions=[
+        R.TxnOffsetCommitResponsePartition(partition_index=p.partition, error_code=p.error_code) for p in tps])
+        for name, tps in layout])
