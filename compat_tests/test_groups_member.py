@@ -2,7 +2,12 @@
 
 ``python -m compat_tests.test_groups_member --client confluent|kafka-python|aiokafka --bootstrap B
 --group G --topics T1[,T2] [--instance-id I] [--session-timeout-ms 6000] [--heartbeat-interval-ms 500]
-[--assignor range|roundrobin|cooperative-sticky] [--metadata M] [--process-delay-ms 0]``
+[--assignor range|roundrobin|cooperative-sticky] [--metadata M] [--process-delay-ms 0]
+[--group-protocol classic|consumer] [--pattern REGEX]``
+
+With ``--group-protocol consumer`` (KIP-848, confluent-kafka only) the assignor is the server-side one
+(``group.remote.assignor``: uniform or range; other names leave the broker's default) and the session timeout
+and heartbeat interval are the broker's; ``--pattern`` subscribes to a regular expression.
 
 Subscribes, and for every batch the client hands over: reports each record, then commits the next offsets
 synchronously (commit-after-process) with ``--metadata`` and reports the commit. It stops cleanly (closing the
@@ -59,14 +64,21 @@ def run_confluent(args: argparse.Namespace, stop: threading.Event) -> None:
 
     conf: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap, "group.id": args.group, "auto.offset.reset": "earliest",
-        "enable.auto.commit": False, "session.timeout.ms": args.session_timeout_ms,
-        "heartbeat.interval.ms": args.heartbeat_interval_ms, "partition.assignment.strategy": args.assignor,
-        "fetch.wait.max.ms": 100, "enable.partition.eof": False, "client.id": args.client_id,
+        "enable.auto.commit": False, "fetch.wait.max.ms": 100, "enable.partition.eof": False,
+        "client.id": args.client_id,
     }
+    consumer_protocol = args.group_protocol == "consumer"
+    if consumer_protocol:
+        conf["group.protocol"] = "consumer"
+        if args.assignor in ("uniform", "range"):
+            conf["group.remote.assignor"] = args.assignor
+    else:
+        conf.update({"session.timeout.ms": args.session_timeout_ms, "heartbeat.interval.ms": args.heartbeat_interval_ms,
+                     "partition.assignment.strategy": args.assignor})
     if args.instance_id:
         conf["group.instance.id"] = args.instance_id
     consumer = Consumer(conf)
-    cooperative = args.assignor == "cooperative-sticky"
+    cooperative = args.assignor == "cooperative-sticky" or consumer_protocol
 
     def on_assign(c: Any, parts: list[Any]) -> None:
         emit("assigned", partitions=[[p.topic, p.partition] for p in parts])
@@ -78,7 +90,13 @@ def run_confluent(args: argparse.Namespace, stop: threading.Event) -> None:
         if cooperative:
             c.incremental_unassign(parts)
 
-    consumer.subscribe(args.topics, on_assign=on_assign, on_revoke=on_revoke)
+    def on_lost(c: Any, parts: list[Any]) -> None:
+        emit("revoked", lost=True, partitions=[[p.topic, p.partition] for p in parts])
+        if cooperative:
+            c.incremental_unassign(parts)
+
+    consumer.subscribe([args.pattern] if args.pattern else args.topics, on_assign=on_assign, on_revoke=on_revoke,
+                       on_lost=on_lost)
     try:
         while not stop.is_set():
             msgs = consumer.consume(num_messages=200, timeout=0.1)
@@ -213,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--client", required=True, choices=sorted(RUNNERS))
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--group", required=True)
-    ap.add_argument("--topics", required=True, type=lambda s: s.split(","))
+    ap.add_argument("--topics", default=[], type=lambda s: s.split(","))
     ap.add_argument("--instance-id", default=None)
     ap.add_argument("--client-id", default="compat-group-member")
     ap.add_argument("--session-timeout-ms", type=int, default=6000)
@@ -221,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--assignor", default="range")
     ap.add_argument("--metadata", default="")
     ap.add_argument("--process-delay-ms", type=int, default=0)
+    ap.add_argument("--group-protocol", default="classic", choices=["classic", "consumer"])
+    ap.add_argument("--pattern", default=None)
     args = ap.parse_args(argv)
     if os.environ.get("KBROKER_GROUP_MEMBER_DEBUG"):
         import logging

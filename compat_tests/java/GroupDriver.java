@@ -8,13 +8,18 @@
 // Commands:
 //   member --bootstrap B --group G --topics T1[,T2] [--instance-id I] [--session-timeout-ms 6000]
 //          [--heartbeat-interval-ms 500] [--assignor range|roundrobin|sticky|cooperative-sticky]
-//          [--metadata M] [--client-id C]
-//       A classic-protocol group member: subscribe; for every poll, print each record, then commitSync the
+//          [--metadata M] [--client-id C] [--group-protocol classic|consumer] [--pattern REGEX]
+//       A group member: subscribe (to the topics, or to --pattern); for every poll, print each record, then
+//       commitSync the
 //       next offsets with metadata M and print the commit. Stops cleanly (close(), which leaves the group
-//       unless static) when stdin reaches EOF. Events as compat_tests/test_groups_member.py prints them:
+//       unless static) when stdin reaches EOF. With --group-protocol consumer (KIP-848) the assignor is the
+//       server-side one (group.remote.assignor: uniform|range; other names: the broker's default) and the
+//       session timeout / heartbeat interval are the broker's. Events as compat_tests/test_groups_member.py
+//       prints them:
 //       assigned / revoked / record / committed / commit_failed / error / closed.
 //   list-groups --bootstrap B                      -> {"event":"groups","groups":[{group_id,state,type}]}
 //   describe-group --bootstrap B --group G         -> {"event":"group","state","assignor","members":[...]}
+//                                                     (members with "epoch" and "target" for consumer groups)
 //   group-offsets --bootstrap B --group G          -> {"event":"offsets","offsets":[[topic,p,offset,metadata]]}
 //   delete-offsets --bootstrap B --group G --topic T --partitions 0,1
 //                                                  -> {"event":"deleted-offsets","errors":{"p":null|class}}
@@ -123,11 +128,14 @@ public class GroupDriver {
         Properties p = new Properties();
         p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, o.get("bootstrap"));
         p.put(ConsumerConfig.GROUP_ID_CONFIG, o.get("group"));
-        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "classic");
+        boolean consumerProtocol = "consumer".equals(o.getOrDefault("group-protocol", "classic"));
+        p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, consumerProtocol ? "consumer" : "classic");
         p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, o.getOrDefault("session-timeout-ms", "6000"));
-        p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, o.getOrDefault("heartbeat-interval-ms", "500"));
+        if (!consumerProtocol) {
+            p.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, o.getOrDefault("session-timeout-ms", "6000"));
+            p.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, o.getOrDefault("heartbeat-interval-ms", "500"));
+        }
         p.put(ConsumerConfig.FETCH_MAX_WAIT_MS_CONFIG, "100");
         p.put(ConsumerConfig.CLIENT_ID_CONFIG, o.getOrDefault("client-id", "compat-group-member"));
         p.put(ConsumerConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
@@ -135,18 +143,22 @@ public class GroupDriver {
         p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
         String assignor = o.getOrDefault("assignor", "range");
-        String cls;
-        switch (assignor) {
-            case "range": cls = "org.apache.kafka.clients.consumer.RangeAssignor"; break;
-            case "roundrobin": cls = "org.apache.kafka.clients.consumer.RoundRobinAssignor"; break;
-            case "sticky": cls = "org.apache.kafka.clients.consumer.StickyAssignor"; break;
-            case "cooperative-sticky": cls = "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"; break;
-            default: throw new IllegalArgumentException("unknown assignor " + assignor);
+        if (consumerProtocol) {
+            if (assignor.equals("uniform") || assignor.equals("range")) p.put(ConsumerConfig.GROUP_REMOTE_ASSIGNOR_CONFIG, assignor);
+        } else {
+            String cls;
+            switch (assignor) {
+                case "range": cls = "org.apache.kafka.clients.consumer.RangeAssignor"; break;
+                case "roundrobin": cls = "org.apache.kafka.clients.consumer.RoundRobinAssignor"; break;
+                case "sticky": cls = "org.apache.kafka.clients.consumer.StickyAssignor"; break;
+                case "cooperative-sticky": cls = "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"; break;
+                default: throw new IllegalArgumentException("unknown assignor " + assignor);
+            }
+            p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, cls);
         }
-        p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, cls);
         if (o.containsKey("instance-id")) p.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, o.get("instance-id"));
         String metadata = o.getOrDefault("metadata", "");
-        List<String> topics = Arrays.asList(o.get("topics").split(","));
+        List<String> topics = Arrays.asList(o.getOrDefault("topics", "").split(","));
 
         AtomicBoolean stop = new AtomicBoolean(false);
         KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p);
@@ -162,7 +174,7 @@ public class GroupDriver {
         });
         stdin.setDaemon(true);
         stdin.start();
-        consumer.subscribe(topics, new ConsumerRebalanceListener() {
+        ConsumerRebalanceListener listener = new ConsumerRebalanceListener() {
             public void onPartitionsRevoked(Collection<TopicPartition> parts) {
                 emit("{\"event\":\"revoked\",\"t\":" + now() + ",\"partitions\":" + partitions(parts) + "}");
             }
@@ -170,7 +182,18 @@ public class GroupDriver {
             public void onPartitionsAssigned(Collection<TopicPartition> parts) {
                 emit("{\"event\":\"assigned\",\"t\":" + now() + ",\"partitions\":" + partitions(parts) + "}");
             }
-        });
+
+            public void onPartitionsLost(Collection<TopicPartition> parts) {
+                emit("{\"event\":\"revoked\",\"lost\":true,\"t\":" + now() + ",\"partitions\":" + partitions(parts) + "}");
+            }
+        };
+        if (o.containsKey("pattern") && consumerProtocol) {
+            consumer.subscribe(new org.apache.kafka.clients.consumer.SubscriptionPattern(o.get("pattern")), listener);
+        } else if (o.containsKey("pattern")) {
+            consumer.subscribe(java.util.regex.Pattern.compile(o.get("pattern")), listener);
+        } else {
+            consumer.subscribe(topics, listener);
+        }
         try {
             while (!stop.get()) {
                 ConsumerRecords<byte[], byte[]> records;
@@ -236,11 +259,16 @@ public class GroupDriver {
             for (MemberDescription m : d.members()) {
                 members.add("{\"member_id\":" + str(m.consumerId()) + ",\"instance_id\":" + str(m.groupInstanceId().orElse(null))
                             + ",\"client_id\":" + str(m.clientId()) + ",\"host\":" + str(m.host())
-                            + ",\"partitions\":" + partitions(m.assignment().topicPartitions()) + "}");
+                            + ",\"partitions\":" + partitions(m.assignment().topicPartitions())
+                            + ",\"epoch\":" + m.memberEpoch().map(String::valueOf).orElse("null")
+                            + ",\"target\":" + m.targetAssignment().map(t -> partitions(t.topicPartitions())).orElse("null") + "}");
             }
             emit("{\"event\":\"group\",\"group_id\":" + str(d.groupId()) + ",\"state\":" + str(d.groupState().toString())
                  + ",\"type\":" + str(d.type().toString()) + ",\"assignor\":" + str(d.partitionAssignor())
-                 + ",\"simple\":" + d.isSimpleConsumerGroup() + ",\"members\":[" + String.join(",", members) + "]}");
+                 + ",\"simple\":" + d.isSimpleConsumerGroup()
+                 + ",\"group_epoch\":" + d.groupEpoch().map(String::valueOf).orElse("null")
+                 + ",\"assignment_epoch\":" + d.targetAssignmentEpoch().map(String::valueOf).orElse("null")
+                 + ",\"members\":[" + String.join(",", members) + "]}");
         }
     }
 
