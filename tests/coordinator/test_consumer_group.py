@@ -385,6 +385,10 @@ def test_offset_commit_and_fetch_check_member_epochs():
     assert shard.validate_offset_fetch_member("g", "a", 0) == ErrorCode.STALE_MEMBER_EPOCH
     assert shard.validate_offset_fetch_member("g", "x", 1) == ErrorCode.UNKNOWN_MEMBER_ID
     assert shard.validate_offset_fetch_member("g", None, -1) == 0
+    # TxnOffsetCommit (sendOffsetsToTransaction with the consumer's group metadata)
+    assert shard.validate_consumer_group_commit(h.cg("g"), 3, "a", 1, transactional=True) == 0
+    assert shard.validate_consumer_group_commit(h.cg("g"), 3, "a", 0, transactional=True) == \
+        ErrorCode.ILLEGAL_GENERATION
     h.hb("g", "a", a.member_epoch and -1)
     assert h.commit("g", {("t1", 0): 7}) == {("t1", 0): 0}
     assert h.fetch("g", [("t1", [0])])[("t1", 0)][0] == 7

@@ -597,7 +597,8 @@ class ConsumerGroupOps:
                                        member_epoch: int, transactional: bool = False) -> int:
         """OffsetCommit (and TxnOffsetCommit) of a consumer group: epoch -1 from a non-member (Admin client,
         manual assignment) is accepted only while the group is empty; a member must send OffsetCommit v9+
-        and its current member epoch."""
+        and its current member epoch (STALE_MEMBER_EPOCH; TxnOffsetCommit has no such error and gets
+        ILLEGAL_GENERATION, as in Kafka)."""
         if member_epoch < 0 and not group.members:
             return ErrorCode.NONE
         member = group.members.get(member_id)
@@ -606,7 +607,7 @@ class ConsumerGroupOps:
         if not transactional and api_version < 9:
             return ErrorCode.UNSUPPORTED_VERSION
         if member_epoch != member.member_epoch:
-            return ErrorCode.STALE_MEMBER_EPOCH
+            return ErrorCode.ILLEGAL_GENERATION if transactional else ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
 
     def validate_offset_fetch_member(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
