@@ -15,7 +15,10 @@ each committing synchronously after processing every batch. The broker computes 
   survive, the running member goes on, nothing is consumed twice;
 * ConsumerGroupDescribe through the Java AdminClient (``describeConsumerGroups``) shows the members, their
   epochs, assignments and target assignments; ListGroups reports the group as type ``consumer``;
-* a regular-expression subscription (Java ``SubscriptionPattern``) picks up a topic created later.
+* a regular-expression subscription (Java ``SubscriptionPattern``, librdkafka ``^...``) picks up a topic
+  created later;
+* a static member (``group.instance.id``) that closes and restarts keeps its partitions, without a rebalance
+  of the others.
 
 On the kbroker target the module runs its own broker with a 6 s session timeout and a 500 ms heartbeat
 interval (``group.consumer.*`` overrides); on external targets it uses the session broker and its settings.
@@ -86,7 +89,8 @@ def cp_members(request: pytest.FixtureRequest) -> Iterator[Callable[..., Member]
     started: list[Member] = []
 
     def start(client: str, bootstrap: str, group: str, topics: list[str], *, assignor: str = "uniform",
-              pattern: str | None = None, metadata: str = "", name: str | None = None) -> Member:
+              pattern: str | None = None, metadata: str = "", instance_id: str | None = None,
+              name: str | None = None) -> Member:
         client_available(client)
         opts = ["--bootstrap", bootstrap, "--group", group, "--group-protocol", "consumer", "--assignor", assignor,
                 "--metadata", metadata, "--client-id", f"compat-cp-{client}"]
@@ -94,6 +98,8 @@ def cp_members(request: pytest.FixtureRequest) -> Iterator[Callable[..., Member]
             opts += ["--topics", ",".join(topics)]
         if pattern:
             opts += ["--pattern", pattern]
+        if instance_id:
+            opts += ["--instance-id", instance_id]
         if client == "java":
             cmd = request.getfixturevalue("group_driver") + ["member"] + opts
         else:
@@ -227,13 +233,17 @@ def test_describe_and_list_through_the_java_admin(cluster, cp_members, group_dri
         m.stop()
 
 
-def test_regex_subscription_picks_up_new_topics(cluster, cp_members):
+@pytest.mark.parametrize("client", CLIENTS)
+def test_regex_subscription_picks_up_new_topics(client, cluster, cp_members):
+    """``SubscribedTopicRegex``: Java's ``SubscriptionPattern``; librdkafka sends topics starting with ``^``
+    as a regex."""
     bootstrap = cluster.bootstrap
     prefix = unique("cp-regex")
     t1 = f"{prefix}-a"
     create_topic(bootstrap, t1, 3)
     expected = produce(bootstrap, t1, 30, partitions=3)
-    m = cp_members("java", bootstrap, unique("cp-regex-group"), [], pattern=f"{prefix}-.*")
+    pattern = f"{prefix}-.*" if client == "java" else f"^{prefix}-.*"
+    m = cp_members(client, bootstrap, unique("cp-regex-group"), [], pattern=pattern)
     wait_consumed([m], expected)
     t2 = f"{prefix}-b"
     create_topic(bootstrap, t2, 2)
@@ -241,6 +251,31 @@ def test_regex_subscription_picks_up_new_topics(cluster, cp_members):
     wait_consumed([m], expected2, timeout=45)
     no_duplicates([m])
     m.stop()
+
+
+def test_static_member_restart_keeps_its_partitions(cluster, cp_members):
+    """A static member that closes (epoch -2) and restarts within the session timeout gets the same
+    partitions back under its new member id, and the other member is not rebalanced."""
+    bootstrap = cluster.bootstrap
+    topic = new_topic(bootstrap)
+    group = unique("cp-static")
+    produce(bootstrap, topic, 24)
+    s1 = cp_members("java", bootstrap, group, [topic], instance_id="s1", name="s1")
+    s2 = cp_members("java", bootstrap, group, [topic], instance_id="s2", name="s2")
+    wait_assignment([s1, s2], topic)
+    before = s2.assignment()
+    s1_events = len(s1.rebalance_events())
+    s2.stop()
+    s2b = cp_members("java", bootstrap, group, [topic], instance_id="s2", name="s2b")
+    s2b.wait_until(lambda ev: any(e["event"] == "assigned" and e["partitions"] for e in ev), 30, "assignment")
+    assert s2b.assignment() == before
+    time.sleep(1.5)
+    assert s1.rebalance_events()[s1_events:] == [], "the other member was rebalanced"
+    expected = produce(bootstrap, topic, 24, start=24)
+    wait_consumed([s1, s2b], expected)
+    assert {(t, p) for t, p, _ in s2b.records() if (t, p, _) in expected} <= before
+    for m in (s1, s2b):
+        m.stop()
 
 
 def test_group_and_offsets_survive_broker_kill9(cluster, cp_members, request, tmp_path: Path):
