@@ -110,10 +110,15 @@ class UniformAssignor(PartitionAssignor):
     @staticmethod
     def _levelling_path(order: list[str], load: dict[str, int], owner: dict[tuple[bytes, int], str],
                         eligible: dict[bytes, list[str]]) -> list[tuple[str, str, bytes, int]] | None:
+        if not order or max(load.values()) - min(load.values()) <= 1:
+            return None  # balanced already: no chain can help
+        lowest = min(load.values())
         owned: dict[str, list[tuple[bytes, int]]] = {m: [] for m in order}
         for tp in sorted(owner):
             owned[owner[tp]].append(tp)
         for src in sorted(order, key=lambda m: (-load[m], order.index(m))):
+            if load[src] < lowest + 2:
+                break
             prev: dict[str, tuple[str, bytes, int] | None] = {src: None}
             queue = [src]
             while queue:
