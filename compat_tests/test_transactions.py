@@ -35,7 +35,6 @@ import pytest
 
 from compat_tests.clients import CLASSES_DIR, JARS_DIR, create_topic
 from compat_tests.test_idempotence import RawClient
-from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import DescribeTransactionsRequest, ListOffsetsRequest
 
 pytestmark = pytest.mark.timeout(120)
