@@ -1,4 +1,4 @@
-"""OffsetCommit (API key 8), versions 2-9 (v10, topic ids, is not advertised).
+"""OffsetCommit (API key 8), versions 2-10.
 
 Behavior:
 * commits of a group member are checked like a heartbeat: UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
@@ -14,7 +14,9 @@ Version notes:
 * v2-4: RetentionTimeMs (an explicit expire time when not -1); v6: committed leader epoch; v7: group instance
   id; v8: flexible; v9: GROUP_ID_NOT_FOUND for unknown groups; for consumer-protocol (KIP-848) groups the
   generation field is the member epoch: UNKNOWN_MEMBER_ID for non-members (epoch -1 is accepted while the group
-  is empty), STALE_MEMBER_EPOCH for another epoch, UNSUPPORTED_VERSION for members below v9.
+  is empty), STALE_MEMBER_EPOCH for another epoch, UNSUPPORTED_VERSION for members below v9; v10: topics by
+  topic id (resolved through the metadata image; an unknown id gets UNKNOWN_TOPIC_ID on every partition) and the
+  response carries the topic ids.
 """
 
 from __future__ import annotations
@@ -27,31 +29,37 @@ from kbroker.protocol.schema import ZERO_UUID
 from kbroker.server.handlers.join_group import request_meta
 
 API_KEY = ApiKey.OFFSET_COMMIT
-VERSIONS = range(2, 10)
+VERSIONS = range(2, 11)
 
 
 async def handle(ctx, request: OffsetCommitRequest) -> R:
     version = ctx.api_version
     image = ctx.broker.controller.image
     parts: list[CommitPartition] = []
-    layout: list[tuple[str, list[CommitPartition]]] = []
+    layout: list[tuple[str, bytes, list[CommitPartition]]] = []
     for t in request.topics:
-        topic = image.topics_by_name.get(t.name)
-        error = ErrorCode.NONE if topic is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if version >= 10:
+            topic = image.topics_by_id.get(t.topic_id)
+            name = topic.name if topic is not None else ""
+            error = ErrorCode.NONE if topic is not None else ErrorCode.UNKNOWN_TOPIC_ID
+        else:
+            topic = image.topics_by_name.get(t.name)
+            name = t.name
+            error = ErrorCode.NONE if topic is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         topic_parts = []
         for p in t.partitions:
-            cp = CommitPartition(topic=t.name, partition=p.partition_index, offset=p.committed_offset,
+            cp = CommitPartition(topic=name, partition=p.partition_index, offset=p.committed_offset,
                                  leader_epoch=p.committed_leader_epoch if version >= 6 else -1,
                                  metadata=p.committed_metadata,
                                  topic_id=topic.topic_id if topic is not None else ZERO_UUID, error_code=error)
             topic_parts.append(cp)
             parts.append(cp)
-        layout.append((t.name, topic_parts))
+        layout.append((t.name, t.topic_id, topic_parts))
     commit = OffsetCommitInput(
         group_id=request.group_id, generation_id=request.generation_id_or_member_epoch,
         member_id=request.member_id, group_instance_id=request.group_instance_id if version >= 7 else None,
         retention_time_ms=request.retention_time_ms if version <= 4 else -1, partitions=parts)
     ctx.broker.group_coordinator.commit_offsets(request_meta(ctx), commit)
-    return R(topics=[R.OffsetCommitResponseTopic(name=name, partitions=[
+    return R(topics=[R.OffsetCommitResponseTopic(name=name, topic_id=topic_id, partitions=[
         R.OffsetCommitResponsePartition(partition_index=cp.partition, error_code=cp.error_code) for cp in tps])
-        for name, tps in layout])
+        for name, topic_id, tps in layout])

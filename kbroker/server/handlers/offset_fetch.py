@@ -1,4 +1,4 @@
-"""OffsetFetch (API key 9), versions 1-9 (v10, topic ids, is not advertised).
+"""OffsetFetch (API key 9), versions 1-10.
 
 Behavior:
 * returns the committed offset, leader epoch and metadata per partition; partitions (and groups) without a
@@ -11,7 +11,9 @@ Behavior:
 Version notes:
 * v2: top-level error and null topics; v5: committed leader epoch; v6: flexible; v7: require stable;
   v8: groups; v9: member id / epoch, checked for consumer-protocol groups (UNKNOWN_MEMBER_ID,
-  STALE_MEMBER_EPOCH); other groups ignore them.
+  STALE_MEMBER_EPOCH); other groups ignore them; v10: topics by topic id, resolved through the metadata image
+  (an unknown id gets UNKNOWN_TOPIC_ID on every requested partition) and the response carries the topic ids;
+  fetching every partition (null topics) leaves out topics that no longer exist (they have no id).
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from __future__ import annotations
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import OffsetFetchRequest, OffsetFetchResponse as R
+from kbroker.protocol.schema import ZERO_UUID
 
 API_KEY = ApiKey.OFFSET_FETCH
-VERSIONS = range(1, 10)
+VERSIONS = range(1, 11)
 
 
 def _group_topics(ctx, topics) -> list[tuple[str, list[int]]] | None:
@@ -34,6 +37,46 @@ def _by_topic(offsets) -> dict[str, list]:
     out: dict[str, list] = {}
     for o in offsets:
         out.setdefault(o.topic, []).append(o)
+    return out
+
+
+def _group_topic(name: str, topic_id: bytes, items) -> R.OffsetFetchResponseTopics:
+    return R.OffsetFetchResponseTopics(name=name, topic_id=topic_id, partitions=[
+        R.OffsetFetchResponsePartitions(partition_index=o.partition, committed_offset=o.committed_offset,
+                                        committed_leader_epoch=o.leader_epoch, metadata=o.metadata,
+                                        error_code=o.error_code) for o in items])
+
+
+def _fetch_group_by_ids(ctx, g, require_stable: bool) -> R.OffsetFetchResponseGroup:
+    """v10: the requested topics are topic ids; the committed offsets are keyed by name."""
+    image = ctx.broker.controller.image
+    gc = ctx.broker.group_coordinator
+    if g.topics is None:
+        error, offsets = gc.fetch_offsets(g.group_id, None, require_stable)
+        out = R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error)
+        if error == ErrorCode.NONE:
+            for name, items in _by_topic(offsets).items():
+                topic = image.topics_by_name.get(name)
+                if topic is not None:
+                    out.topics.append(_group_topic(name, topic.topic_id, items))
+        return out
+    resolved: list[tuple[bytes, str | None, list[int]]] = []
+    for t in g.topics:
+        topic = image.topics_by_id.get(t.topic_id)
+        resolved.append((t.topic_id, topic.name if topic is not None else None, list(t.partition_indexes)))
+    known = [(name, parts) for _, name, parts in resolved if name is not None]
+    error, offsets = gc.fetch_offsets(g.group_id, known, require_stable)
+    out = R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error)
+    if error != ErrorCode.NONE:
+        return out
+    by_topic = _by_topic(offsets)
+    for topic_id, name, parts in resolved:
+        if name is None:
+            out.topics.append(R.OffsetFetchResponseTopics(topic_id=topic_id, partitions=[
+                R.OffsetFetchResponsePartitions(partition_index=p, committed_offset=-1, metadata="",
+                                                error_code=ErrorCode.UNKNOWN_TOPIC_ID) for p in parts]))
+        elif name in by_topic:
+            out.topics.append(_group_topic(name, topic_id, by_topic.pop(name)))
     return out
 
 
@@ -50,14 +93,14 @@ async def handle(ctx, request: OffsetFetchRequest) -> R:
             if error != ErrorCode.NONE:
                 resp.groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error))
                 continue
+            if version >= 10:
+                resp.groups.append(_fetch_group_by_ids(ctx, g, request.require_stable))
+                continue
             error, offsets = gc.fetch_offsets(g.group_id, _group_topics(ctx, g.topics), request.require_stable)
             out = R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error)
             if error == ErrorCode.NONE:
                 for topic, items in _by_topic(offsets).items():
-                    out.topics.append(R.OffsetFetchResponseTopics(name=topic, partitions=[
-                        R.OffsetFetchResponsePartitions(partition_index=o.partition, committed_offset=o.committed_offset,
-                                                        committed_leader_epoch=o.leader_epoch, metadata=o.metadata,
-                                                        error_code=o.error_code) for o in items]))
+                    out.topics.append(_group_topic(topic, ZERO_UUID, items))
             resp.groups.append(out)
         return resp
     topics = request.topics if version >= 2 else (request.topics or [])
