@@ -331,6 +331,18 @@ def test_producer_and_consumer_perf_tests(bootstrap_servers, topic_factory):
     assert len(fields) == 10 and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d:\d{3}", fields[0])
     assert fields[4] == "3000" and abs(float(fields[2]) - 3000 * 200 / 1048576) < 1e-3
 
+    # detailed stats: one row per reporting interval in which records arrived, times never negative
+    out = cli("kbroker-consumer-perf-test", "--bootstrap-server", bootstrap_servers, "--topic", topic, "--messages",
+              3000, "--timeout", 20000, "--show-detailed-stats", "--reporting-interval", 1, "--fetch-size", 20000,
+              "--group", f"perf-detailed-{topic}").stdout.splitlines()
+    assert out[0].startswith("time, threadId, data.consumed.in.MB")
+    rows = [ln.split(", ") for ln in out[1:]]
+    assert rows, out
+    for row in rows:
+        assert len(row) == 10 and row[1] == "0"
+        assert int(row[4]) > 0 and float(row[6]) >= 0 and float(row[7]) >= 0, row
+    assert sum(int(r[4]) for r in rows) <= 3000
+
 
 # ------------------------------------------------------------------------------------------ delete-records
 

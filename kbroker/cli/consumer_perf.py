@@ -135,8 +135,11 @@ def main(argv: list[str] | None = None) -> int:
                 elif (now - last_record) * 1000 > args.timeout:
                     timed_out = True
                     break
-                if args.show_detailed_stats and (now - last_report) * 1000 >= args.reporting_interval:
-                    join_ms = ((joined[0] if joined else now) - start) * 1000 if last_count == 0 else 0
+                if args.show_detailed_stats and got and (now - last_report) * 1000 >= args.reporting_interval:
+                    # rows come only while records arrive (as Kafka's tool); the rebalance time is the part of
+                    # this interval spent before the group handed out partitions
+                    join_point = joined[0] if joined else now
+                    join_ms = max(0.0, min(join_point, now) - last_report) * 1000
                     print(f"{java_date(args.date_format, now)}, 0, "
                           + figures((nbytes - last_bytes) / (1024 * 1024), count - last_count,
                                     (now - last_report) * 1000, join_ms), flush=True)
