@@ -10,8 +10,8 @@ Covered: the clickstream pipeline end to end (generator -> streaming job -> page
 batch recount over an exact offset range) with a restart from the checkpoint and exact row counts; the
 connector options subscribe, subscribePattern, assign, startingOffsets/endingOffsets (earliest, latest,
 JSON), startingTimestamp/startingOffsetsByTimestamp/endingOffsetsByTimestamp, includeHeaders,
-maxOffsetsPerTrigger, minPartitions, kafka.isolation.level=read_committed (over non-transactional data:
-kbroker has no transactions yet, so aborted-transaction filtering is not tested), failOnDataLoss after
+maxOffsetsPerTrigger, minPartitions, kafka.isolation.level=read_committed (over non-transactional data and over
+committed, aborted and open transactions), failOnDataLoss after
 retention, writes with topic/partition/headers columns, trigger(availableNow=True), processingTime
 micro-batches and the continuous trigger.
 """
@@ -284,8 +284,7 @@ def test_subscribe_pattern_assign_headers_min_partitions(spark, calls, bootstrap
 
 def test_read_committed_over_non_transactional_data(spark, calls, bootstrap_servers, tmp_path):
     """kafka.isolation.level=read_committed: without transactions the last stable offset is the high
-    watermark, so batch and streaming reads return every record (aborted transactions: not covered,
-    kbroker has no transactions yet)."""
+    watermark, so batch and streaming reads return every record (transactions: the next test)."""
     topic = unique("spark-rc")
     create_topic(bootstrap_servers, topic, 3)
     by_pos = produce(calls, bootstrap_servers, topic, 60, compression="zstd")
@@ -300,6 +299,68 @@ def test_read_committed_over_non_transactional_data(spark, calls, bootstrap_serv
     q.awaitTermination(240)
     assert q.exception() is None
     assert positions(spark.table(name)) == sorted((topic, p, o) for p, o in by_pos)
+
+
+def test_read_committed_over_aborted_and_open_transactions(spark, bootstrap_servers, tmp_path):
+    """kafka.isolation.level=read_committed over a topic written by a transactional producer (confluent-kafka):
+    committed, aborted, committed, then a transaction left open, with non-transactional records after it.
+    Batch and streaming reads return exactly the committed records below the last stable offset (aborted
+    records and control markers skipped, the open transaction and everything after it not yet visible);
+    read_uncommitted returns every data record; once the open transaction commits, read_committed sees it
+    and the records behind it."""
+    from confluent_kafka import Producer
+
+    topic = unique("spark-txn")
+    create_topic(bootstrap_servers, topic, 2)
+    produced: list[tuple[str, int, int]] = []  # (value, partition, offset)
+
+    def report(err, msg):
+        assert err is None, err
+        produced.append((msg.value().decode(), msg.partition(), msg.offset()))
+
+    txn = Producer({"bootstrap.servers": bootstrap_servers, "transactional.id": unique("spark-txn"), "linger.ms": 5})
+    txn.init_transactions(30)
+    for label, n, commit in (("c1", 6, True), ("a", 4, False), ("c2", 6, True), ("open", 4, None)):
+        txn.begin_transaction()
+        for i in range(n):
+            txn.produce(topic, value=f"{label}-{i}".encode(), partition=i % 2, on_delivery=report)
+        txn.flush(30)
+        if commit is True:
+            txn.commit_transaction(30)
+        elif commit is False:
+            txn.abort_transaction(30)
+    plain = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True})
+    for i in range(4):  # behind the open transaction: above the last stable offset until it ends
+        plain.produce(topic, value=f"n-{i}".encode(), partition=i % 2, on_delivery=report)
+    assert plain.flush(30) == 0
+    assert len(produced) == 24
+
+    def rows(values):
+        return sorted((topic, p, o) for v, p, o in produced if v.split("-")[0] in values)
+
+    def read(isolation):
+        return kafka_reader(spark, bootstrap_servers, subscribe=topic,
+                            **{"kafka.isolation.level": isolation}).load()
+
+    committed = rows({"c1", "c2"})
+    df = read("read_committed")
+    assert positions(df) == committed
+    assert sorted(bytes(r["value"]).decode() for r in df.collect()) == sorted(
+        v for v, _, _ in produced if v.split("-")[0] in ("c1", "c2"))
+    assert positions(read("read_uncommitted")) == rows({"c1", "a", "c2", "open", "n"})
+
+    stream = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap_servers)
+              .option("subscribe", topic).option("startingOffsets", "earliest")
+              .option("kafka.isolation.level", "read_committed").load())
+    name = unique("txn").replace("-", "_")
+    q = stream.writeStream.format("memory").queryName(name).trigger(availableNow=True) \
+        .option("checkpointLocation", str(tmp_path / "ck")).start()
+    q.awaitTermination(240)
+    assert q.exception() is None
+    assert positions(spark.table(name)) == committed
+
+    txn.commit_transaction(30)
+    assert positions(read("read_committed")) == rows({"c1", "c2", "open", "n"})
 
 
 def test_fail_on_data_loss_after_retention(spark, calls, kbroker_factory, tmp_path):
