@@ -10,6 +10,8 @@
 * confluent-kafka and aiokafka transactional producers (commit and abort).
 * A transaction left open past ``transaction.timeout.ms`` is aborted by the coordinator (its own broker with
   a short abort check interval); the producer's commit then fails.
+* The Java Admin client lists and describes an open transaction, describes the partition's producers and
+  aborts the transaction with ``abortTransaction`` (WriteTxnMarkers).
 * The broker is killed with -9 while a commit's markers are being written (``kbroker.transaction.marker.delay.ms``
   spreads them out); after the restart the coordinator finishes the commit and read_committed consumers see
   every transaction whole or not at all.
@@ -266,6 +268,22 @@ def test_aiokafka_transactional_producer(bootstrap_servers) -> None:
     rc = consume_all(bootstrap_servers, topic, 2, "read_committed", expect=10)
     assert sorted(v for _, _, v in rc) == sorted(f"a{i}-{j}" for i in (0, 2) for j in range(5))
     assert len(consume_all(bootstrap_servers, topic, 2, "read_uncommitted", expect=15)) == 15
+
+
+def test_java_admin_describes_and_aborts_an_open_transaction(txn_driver, bootstrap_servers) -> None:
+    topic, txn_id = unique("admin-txn"), unique("admin")
+    create_topic(bootstrap_servers, topic, 1)
+    e = run_driver(txn_driver, "admin", "--bootstrap", bootstrap_servers, "--topic", topic, "--txn-id", txn_id)[-1]
+    assert e["event"] == "admin"
+    assert [(x["id"], x["state"]) for x in e["listed"]] == [(txn_id, "Ongoing")]
+    assert (e["state"], e["partitions"], e["active_producers"], e["txn_start_offset"], e["last_sequence"]) == (
+        "Ongoing", 1, 1, 0, 2)
+    assert e["listed"][0]["producer_id"] == e["producer_id"]
+    # the Admin's marker closed the transaction in the partition (offset 3); the producer's close() then
+    # aborted it at the coordinator, whose marker is offset 4. Nothing is visible, nothing is left open.
+    assert list_offset(bootstrap_servers, topic, 0, 1) == list_offset(bootstrap_servers, topic, 0, 0) == 5
+    assert describe_transaction(bootstrap_servers, txn_id).transaction_state == "CompleteAbort"
+    assert consume_all(bootstrap_servers, topic, 1, "read_committed", idle=1.5) == []
 
 
 # ============================================================================================ timeout and crash

@@ -25,6 +25,10 @@
 //   open       --bootstrap B --topic T --txn-id X --count N --txn-timeout-ms MS --wait-ms W
 //       Opens a transaction with transaction.timeout.ms = MS, sends N records, flushes, prints
 //       {"event":"sent"}, sleeps W ms, then tries to commit: {"event":"open","commit_error":...}.
+//   admin      --bootstrap B --topic T --txn-id X
+//       A producer opens a transaction with 3 records in partition 0 and stays open; the Admin client then
+//       lists and describes the transaction, describes the partition's producers and aborts the
+//       transaction with abortTransaction (WriteTxnMarkers to the partition). Prints {"event":"admin",...}.
 //
 // Errors print {"event":"error","error_class":...,"message":...} and exit 1.
 
@@ -38,6 +42,12 @@ import java.util.Properties;
 import java.util.Set;
 import java.util.concurrent.Future;
 
+import org.apache.kafka.clients.admin.AbortTransactionSpec;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.ProducerState;
+import org.apache.kafka.clients.admin.TransactionDescription;
+import org.apache.kafka.clients.admin.TransactionListing;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -283,6 +293,42 @@ public class TxnDriver {
         }
     }
 
+    // ------------------------------------------------------------------------------------------ admin
+    static int admin(Map<String, List<String>> o) throws Exception {
+        String topic = opt(o, "topic", null), txnId = opt(o, "txn-id", null);
+        TopicPartition tp = new TopicPartition(topic, 0);
+        Properties ap = new Properties();
+        ap.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, opt(o, "bootstrap", null));
+        ap.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "10000");
+        ap.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "20000");
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(producerProps(o, txnId));
+             Admin admin = Admin.create(ap)) {
+            producer.initTransactions();
+            producer.beginTransaction();
+            for (int j = 0; j < 3; j++) producer.send(new ProducerRecord<>(topic, 0, "h", "hanging-" + j));
+            producer.flush();
+            StringBuilder listed = new StringBuilder("[");
+            for (TransactionListing l : admin.listTransactions().all().get()) {
+                if (!l.transactionalId().equals(txnId)) continue;
+                listed.append("{\"id\":").append(q(l.transactionalId())).append(",\"producer_id\":")
+                      .append(l.producerId()).append(",\"state\":").append(q(l.state().toString())).append('}');
+            }
+            listed.append(']');
+            TransactionDescription d = admin.describeTransactions(List.of(txnId)).all().get().get(txnId);
+            List<ProducerState> producers = admin.describeProducers(List.of(tp)).all().get().get(tp).activeProducers();
+            ProducerState ps = producers.get(0);
+            admin.abortTransaction(new AbortTransactionSpec(tp, ps.producerId(), (short) ps.producerEpoch(),
+                                                            ps.coordinatorEpoch().orElse(-1))).all().get();
+            emit("{\"event\":\"admin\",\"listed\":" + listed + ",\"state\":" + q(d.state().toString())
+                 + ",\"producer_id\":" + d.producerId() + ",\"partitions\":" + d.topicPartitions().size()
+                 + ",\"coordinator_id\":" + d.coordinatorId()
+                 + ",\"active_producers\":" + producers.size()
+                 + ",\"txn_start_offset\":" + ps.currentTransactionStartOffset().orElse(-1L)
+                 + ",\"last_sequence\":" + ps.lastSequence() + ",\"aborted\":true}");
+            return 0;
+        }
+    }
+
     public static void main(String[] args) {
         int rc;
         try {
@@ -292,8 +338,9 @@ public class TxnDriver {
                 case "produce": rc = produce(o); break;
                 case "fence": rc = fence(o); break;
                 case "open": rc = open(o); break;
+                case "admin": rc = admin(o); break;
                 default:
-                    System.err.println("usage: TxnDriver transform|produce|fence|open --option value ...");
+                    System.err.println("usage: TxnDriver transform|produce|fence|open|admin --option value ...");
                     rc = 2;
             }
         } catch (Throwable t) {
