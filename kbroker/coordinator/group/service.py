@@ -22,7 +22,6 @@ import logging
 import time
 from typing import Any, Callable
 
-from kbroker.controller.quorum_controller import CreateTopicSpec
 from kbroker.coordinator.group.config import OFFSETS_TOPIC, GroupCoordinatorConfig
 from kbroker.coordinator.group.records import GROUP_COORDINATOR_SERDE
 from kbroker.coordinator.group.shard import (
@@ -32,6 +31,7 @@ from kbroker.coordinator.group.shard import (
     OffsetCommitInput,
     RequestMeta,
 )
+from kbroker.coordinator.service_support import PartitionLoader, create_internal_topic
 from kbroker.coordinator.runtime import (
     CoordinatorRuntime,
     CoordinatorTimer,
@@ -123,7 +123,7 @@ class GroupCoordinator:
         self.runtime: CoordinatorRuntime[GroupCoordinatorShard] = CoordinatorRuntime(
             self.writer, self.scheduler, self._build_shard, GROUP_COORDINATOR_SERDE,
             name="group-coordinator")
-        self._load_tasks: dict[int, asyncio.Task[None]] = {}
+        self.loader = PartitionLoader(self.runtime, self.writer)
         self._started = False
 
     @classmethod
@@ -150,9 +150,7 @@ class GroupCoordinator:
                 remove(self._on_metadata_update)
             except (KeyError, ValueError):
                 pass
-        for task in self._load_tasks.values():
-            task.cancel()
-        self._load_tasks.clear()
+        self.loader.cancel_all()
         self.runtime.close()
 
     def _on_metadata_update(self, old: Any, new: Any, *rest: Any) -> None:
@@ -191,43 +189,15 @@ class GroupCoordinator:
         for partition in self.runtime.partitions():
             if partition not in led:
                 log.info("group coordinator: no longer leading %s-%d; unloading", self.topic, partition)
-                task = self._load_tasks.pop(partition, None)
-                if task is not None:
-                    task.cancel()
+                self.loader.cancel(partition)
                 self.runtime.unload(partition)
         for partition in sorted(led):
             if self.runtime.state_of(partition) is None:
-                self._schedule_load(partition)
-
-    def _schedule_load(self, partition: int) -> None:
-        try:
-            empty = self.writer.log_end_offset(partition) <= self.writer.log_start_offset(partition)
-        except KafkaError:
-            return  # the replica manager has not created the log yet; a later image will
-        steps = self.runtime.load_steps(partition)
-        if empty:
-            for _ in steps:
-                pass
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            for _ in steps:
-                pass
-            return
-        self._load_tasks[partition] = loop.create_task(self._load(partition, steps))
-
-    async def _load(self, partition: int, steps: Any) -> None:
-        try:
-            for _ in steps:
-                await asyncio.sleep(0)
-        finally:
-            self._load_tasks.pop(partition, None)
+                self.loader.schedule(partition)
 
     async def wait_loaded(self) -> None:
         """Wait until no partition is loading (tests, start-up)."""
-        while self._load_tasks:
-            await asyncio.gather(*list(self._load_tasks.values()), return_exceptions=True)
+        await self.loader.wait_loaded()
 
     # ---- the offsets topic
     def num_partitions(self) -> int:
@@ -241,27 +211,10 @@ class GroupCoordinator:
 
     def ensure_offsets_topic(self) -> int:
         """Create ``__consumer_offsets`` if it does not exist; NONE, or COORDINATOR_NOT_AVAILABLE."""
-        image = self.controller.image
-        if self.topic in image.topics_by_name:
-            return ErrorCode.NONE
-        live = len(image.live_brokers()) if hasattr(image, "live_brokers") else 1
-        replication = max(1, min(self.config.offsets_topic_replication_factor, live))
-        spec = CreateTopicSpec(name=self.topic, num_partitions=self.config.offsets_topic_num_partitions,
-                               replication_factor=replication,
-                               configs={"cleanup.policy": "compact", "compression.type": "producer",
-                                        "segment.bytes": str(self.config.offsets_topic_segment_bytes)})
-        try:
-            result = self.controller.create_topics([spec])[0]
-        except Exception:
-            log.exception("creating %s failed", self.topic)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if result.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
-            log.warning("creating %s failed: %s %s", self.topic, ErrorCode(result.error_code).name,
-                        result.error_message)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        log.info("created %s with %d partitions (replication factor %d)", self.topic,
-                 self.config.offsets_topic_num_partitions, replication)
-        return ErrorCode.NONE
+        return create_internal_topic(self.controller, self.topic, self.config.offsets_topic_num_partitions,
+                                     self.config.offsets_topic_replication_factor,
+                                     {"cleanup.policy": "compact", "compression.type": "producer",
+                                      "segment.bytes": str(self.config.offsets_topic_segment_bytes)})
 
     def coordinator_state(self, group_id: str) -> int:
         """NONE when this node serves ``group_id`` now, else NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS."""

@@ -19,15 +19,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from kbroker.controller.quorum_controller import CreateTopicSpec
 from kbroker.coordinator.group.service import AsyncioScheduler, ReplicaManagerWriter
+from kbroker.coordinator.service_support import PartitionLoader, create_internal_topic
 from kbroker.coordinator.runtime import (
     CoordinatorRecordSerde,
     CoordinatorRuntime,
@@ -89,7 +88,7 @@ class TransactionCoordinator:
         self.runtime: CoordinatorRuntime[TransactionCoordinatorShard] = CoordinatorRuntime(
             self.writer, self.scheduler, self._build_shard, TRANSACTION_COORDINATOR_SERDE,
             name="transaction-coordinator")
-        self._load_tasks: dict[int, asyncio.Task[None]] = {}
+        self.loader = PartitionLoader(self.runtime, self.writer)
         self._started = False
         self._prepared: deque[tuple[int, PendingCompletion]] = deque()
         self._drain_scheduled = False
@@ -124,9 +123,7 @@ class TransactionCoordinator:
                 remove(self._on_metadata_update)
             except (KeyError, ValueError):
                 pass
-        for task in self._load_tasks.values():
-            task.cancel()
-        self._load_tasks.clear()
+        self.loader.cancel_all()
         self._jobs.clear()
         self.runtime.close()
 
@@ -142,42 +139,17 @@ class TransactionCoordinator:
         for partition in self.runtime.partitions():
             if partition not in led:
                 log.info("transaction coordinator: no longer leading %s-%d; unloading", self.topic, partition)
-                task = self._load_tasks.pop(partition, None)
-                if task is not None:
-                    task.cancel()
+                self.loader.cancel(partition)
                 self.runtime.unload(partition)
                 for txn_id in [k for k, job in self._jobs.items() if job.partition == partition]:
                     del self._jobs[txn_id]
         for partition in sorted(led):
             if self.runtime.state_of(partition) is None:
-                self._schedule_load(partition)
-
-    def _schedule_load(self, partition: int) -> None:
-        try:
-            empty = self.writer.log_end_offset(partition) <= self.writer.log_start_offset(partition)
-        except KafkaError:
-            return  # the replica manager has not created the log yet; a later image will
-        steps = self.runtime.load_steps(partition)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if empty or loop is None:
-            for _ in steps:
-                pass
-            return
-        self._load_tasks[partition] = loop.create_task(self._load(partition, steps))
-
-    async def _load(self, partition: int, steps: Any) -> None:
-        try:
-            for _ in steps:
-                await asyncio.sleep(0)
-        finally:
-            self._load_tasks.pop(partition, None)
+                self.loader.schedule(partition)
 
     async def wait_loaded(self) -> None:
-        while self._load_tasks:
-            await asyncio.gather(*list(self._load_tasks.values()), return_exceptions=True)
+        """Wait until no partition is loading (tests, start-up)."""
+        await self.loader.wait_loaded()
 
     # ---- the topic
     def num_partitions(self) -> int:
@@ -191,27 +163,10 @@ class TransactionCoordinator:
 
     def ensure_topic(self) -> int:
         """Create ``__transaction_state`` if it does not exist; NONE, or COORDINATOR_NOT_AVAILABLE."""
-        image = self.controller.image
-        if self.topic in image.topics_by_name:
-            return ErrorCode.NONE
-        live = len(image.live_brokers()) if hasattr(image, "live_brokers") else 1
-        replication = max(1, min(self.config.replication_factor, live))
-        spec = CreateTopicSpec(name=self.topic, num_partitions=self.config.num_partitions,
-                               replication_factor=replication,
-                               configs={"cleanup.policy": "compact", "compression.type": "uncompressed",
-                                        "segment.bytes": str(self.config.segment_bytes)})
-        try:
-            result = self.controller.create_topics([spec])[0]
-        except Exception:
-            log.exception("creating %s failed", self.topic)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if result.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
-            log.warning("creating %s failed: %s %s", self.topic, ErrorCode(result.error_code).name,
-                        result.error_message)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        log.info("created %s with %d partitions (replication factor %d)", self.topic, self.config.num_partitions,
-                 replication)
-        return ErrorCode.NONE
+        return create_internal_topic(self.controller, self.topic, self.config.num_partitions,
+                                     self.config.replication_factor,
+                                     {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                                      "segment.bytes": str(self.config.segment_bytes)})
 
     def coordinator_state(self, transactional_id: str) -> int:
         try:
