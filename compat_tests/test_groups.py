@@ -303,6 +303,21 @@ def wait_assignment(ms: list[Member], topic: str, timeout: float = 60, partition
         time.sleep(0.1)
 
 
+def wait_balanced(ms: list[Member], topic: str, sizes: list[int], timeout: float = 60) -> None:
+    """Until the members' assignments split the topic with exactly these sizes (sorted). A group passes
+    through other complete splits while it converges (a late joiner, the consumer protocol's revoke-then-
+    assign steps), so a test that checks the final balance waits for it instead of sampling once."""
+    deadline = time.monotonic() + timeout
+    while True:
+        wait_assignment(ms, topic, timeout=max(1.0, deadline - time.monotonic()))
+        got = sorted(len(m.assignment()) for m in ms)
+        if got == sorted(sizes):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"assignment sizes {got}, expected {sorted(sizes)}")
+        time.sleep(0.1)
+
+
 def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int = PARTITIONS) -> dict[int, tuple[int, str]]:
     """partition -> (committed offset, metadata), with a hand-encoded OffsetFetch v5 (FindCoordinator first).
 
@@ -466,8 +481,7 @@ def test_mixed_group_java_and_librdkafka(group_driver, members, bootstrap_server
           members("java", bootstrap_servers, group, [topic], driver=group_driver),
           members("confluent", bootstrap_servers, group, [topic])]
     wait_consumed(ms, expected)
-    wait_assignment(ms, topic)
-    assert sorted(len(m.assignment()) for m in ms) == [3, 3, 3, 3]
+    wait_balanced(ms, topic, [3, 3, 3, 3])
     counts = processed(ms)
     assert set(counts) == set(expected) and max(counts.values()) == 1
     for m in ms:

@@ -46,6 +46,7 @@ from compat_tests.test_groups import (  # noqa: F401 - group_driver is a fixture
     produce,
     unique,
     wait_assignment,
+    wait_balanced,
     wait_consumed,
 )
 from kbroker.testing.plugin import KbrokerFactory, selected_target
@@ -158,8 +159,7 @@ def test_mixed_java_and_librdkafka_group(cluster, cp_members):
     ms = [cp_members("java", bootstrap, group, [topic]), cp_members("confluent", bootstrap, group, [topic]),
           cp_members("java", bootstrap, group, [topic]), cp_members("confluent", bootstrap, group, [topic])]
     wait_consumed(ms, expected)
-    wait_assignment(ms, topic)
-    assert sorted(len(m.assignment()) for m in ms) == [3, 3, 3, 3]
+    wait_balanced(ms, topic, [3, 3, 3, 3])
     no_duplicates(ms)
     for m in ms:
         m.stop()
