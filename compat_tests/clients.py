@@ -203,6 +203,11 @@ class ConfluentClient(Client):
         left = p.flush(60)
         if left:
             raise AssertionError(f"confluent producer: {left} records still undelivered after 60 s")
+        if str(opts.acks) == "0":
+            # With acks=0 librdkafka reports delivery before its broker thread has written every request;
+            # destroying the handle right away can drop requests that never left the client (seen: the
+            # broker received only some partitions' requests). Give the client time to write them.
+            time.sleep(1.0)
         return ProduceResult(sorted(acks, key=lambda a: a.index), started, time.time())
 
     def consumer_config(self, bootstrap: str, isolation: str, fetch_wait_ms: int = 100) -> dict[str, Any]:

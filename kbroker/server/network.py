@@ -51,7 +51,8 @@ class KafkaConnection(asyncio.Protocol):
         self._paused_reading = False
         self._can_write = asyncio.Event()
         self._can_write.set()
-        self._closed = False
+        self._closed = False  # no more bytes can be written
+        self._aborted = False  # the broker closed it: stop handling queued requests
         self._task: asyncio.Task[None] | None = None
         self._watch_fd: int | None = None  # dup of the socket fd, watched while sendfile waits
 
@@ -108,6 +109,8 @@ class KafkaConnection(asyncio.Protocol):
 
     # ---- processing ----
     def close(self) -> None:
+        """Close the connection on the broker's initiative: frames still queued are not handled."""
+        self._aborted = True
         if not self._closed:
             self._closed = True
             if self.transport is not None:
@@ -118,7 +121,9 @@ class KafkaConnection(asyncio.Protocol):
         try:
             while True:
                 frame = await self.frames.get()
-                if frame is None or self._closed:
+                # When the peer closes, requests it sent before closing are still handled (an acks=0
+                # Produce is appended, as Kafka does); only their responses have nowhere to go.
+                if frame is None or self._aborted:
                     return
                 if self._paused_reading and self.frames.qsize() < MAX_QUEUED_FRAMES // 2 and self.transport:
                     self._paused_reading = False
