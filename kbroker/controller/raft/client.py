@@ -1,0 +1,538 @@
+"""KRaft's replication protocol as a time-driven state machine with no I/O of its own.
+
+:class:`RaftClient` has the shape of Kafka's ``KafkaRaftClient``: the owner calls :meth:`RaftClient.poll` with
+the current time (milliseconds) and gets back when it next needs to run; messages from peers are passed in with
+:meth:`RaftClient.handle`; messages to peers are taken from :attr:`RaftClient.outbox` as ``(destination,
+message)`` pairs. Time and randomness come from the caller (``now`` and a ``random.Random``), the log and the
+election store are objects the caller gives it, so a seeded simulation replays one run exactly
+(``kbroker.testing.raft_simulation``).
+
+The protocol (KIP-595, with pre-vote from KIP-996 and check-quorum):
+
+* **Election.** A voter that hears nothing from a leader for ``fetch_timeout_ms`` (or is unattached for its
+  randomised election timeout) becomes *prospective* and asks the other voters for pre-votes for epoch + 1;
+  voters grant a pre-vote when the asker's log is at least as up to date as theirs and they have not heard from a
+  leader within the fetch timeout. A majority makes it a *candidate*: it bumps its epoch, votes for itself
+  (persisted before anything is sent) and asks for real votes. A voter grants at most one vote per epoch,
+  persisted before it answers. A majority makes the candidate *leader*.
+* **Replication.** The new leader appends a LeaderChange control entry in its epoch and sends
+  BeginQuorumEpoch to the voters. Followers fetch with their log end offset and last fetched epoch; when that
+  position is not in the leader's log, the leader answers with the diverging epoch and its end offset, and the
+  follower truncates (never below its high watermark) and fetches again. Observers (brokers) fetch the same way
+  but are not counted.
+* **Commit.** The high watermark is the largest offset that a majority of voters hold: the leader counts its own
+  *flushed* log end offset and each voter's last fetch offset, and the high watermark only moves once the entry
+  that opened the leader's epoch is covered (so entries of earlier epochs are committed only through one of
+  the current epoch). Followers learn it from fetch responses, capped by their own log end offset.
+* **Leaving.** A leader resigns (graceful shutdown, or a majority has not fetched for 1.5 x fetch timeout:
+  check-quorum) and sends EndQuorumEpoch naming its preferred successors, most caught-up first; the first one
+  starts its election at once.
+
+States and their legal transitions are in :mod:`kbroker.controller.raft.states`; the durable part (epoch,
+leader, vote) is written through the ``ElectionStore`` before any message that depends on it is sent.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from kbroker.controller.raft.log import LogEntry, RaftLog
+from kbroker.controller.raft.messages import (
+    BeginQuorumEpochRequest,
+    BeginQuorumEpochResponse,
+    EndQuorumEpochRequest,
+    FetchRequest,
+    FetchResponse,
+    RaftMessage,
+    VoteRequest,
+    VoteResponse,
+)
+from kbroker.controller.raft.states import ElectionState, QuorumStateName, check_transition
+
+log = logging.getLogger(__name__)
+
+S = QuorumStateName
+NO_DEADLINE = 2**62
+
+
+class ElectionStore(Protocol):
+    """Durable home of the :class:`ElectionState` (``quorum-state``); ``write`` must be durable on return."""
+
+    def read(self) -> ElectionState | None: ...
+
+    def write(self, state: ElectionState) -> None: ...
+
+
+class MemoryElectionStore:
+    """An :class:`ElectionStore` in memory (always durable), for simulations."""
+
+    def __init__(self) -> None:
+        self.state: ElectionState | None = None
+        self.writes = 0
+
+    def read(self) -> ElectionState | None:
+        return self.state
+
+    def write(self, state: ElectionState) -> None:
+        self.state = state
+        self.writes += 1
+
+
+@dataclass(frozen=True)
+class RaftConfig:
+    """Timeouts in milliseconds, Kafka's keys: ``controller.quorum.election.timeout.ms`` (1000),
+    ``controller.quorum.fetch.timeout.ms`` (2000), ``controller.quorum.election.backoff.max.ms`` (1000),
+    ``controller.quorum.request.timeout.ms`` (2000), ``controller.quorum.retry.backoff.ms`` (20)."""
+
+    election_timeout_ms: int = 1000
+    fetch_timeout_ms: int = 2000
+    election_backoff_max_ms: int = 1000
+    request_timeout_ms: int = 2000
+    retry_backoff_ms: int = 20
+    fetch_max_entries: int = 100
+    append_linger_ms: int = 0
+    """``controller.quorum.append.linger.ms``: how long the leader may hold appended entries before it flushes
+    them (they are readable by followers before, but count for the high watermark only once flushed)."""
+
+
+@dataclass
+class ReplicaState:
+    """What the leader knows of one replica: its log end offset (last fetch offset) and when it last fetched."""
+
+    end_offset: int = -1
+    last_fetch_ms: int = -(2**62)
+
+
+class NotLeaderError(RuntimeError):
+    """:meth:`RaftClient.append` on a replica that is not the leader (Kafka: ``NOT_CONTROLLER``)."""
+
+
+class RaftClient:
+    """One replica of the metadata log: a voter when ``node_id`` is in ``voters``, otherwise an observer.
+
+    ``on_commit(high_watermark)`` (optional) is called whenever the high watermark moves forward; entries below it
+    are committed and may be applied.
+    """
+
+    def __init__(self, node_id: int, voters: frozenset[int] | set[int], raft_log: RaftLog, store: ElectionStore,
+                 rng: random.Random, now: int, config: RaftConfig | None = None,
+                 on_commit: Callable[[int], None] | None = None) -> None:
+        self.node_id = node_id
+        self.voters = frozenset(voters)
+        self.log = raft_log
+        self.store = store
+        self.rng = rng
+        self.cfg = config or RaftConfig()
+        self.on_commit = on_commit
+        self.outbox: list[tuple[int, RaftMessage]] = []
+        self.high_watermark = 0
+        self._correlation = 0
+        stored = store.read() or ElectionState(voters=tuple(sorted(self.voters)))
+        self.epoch = stored.epoch
+        self.leader_id = stored.leader_id
+        self.voted_id = stored.voted_id
+        self._reset_state_fields()
+        # Start-up: a former leader comes back resigned; a replica that knew its leader follows it; else unattached.
+        if self.leader_id == node_id:
+            self.state = S.RESIGNED
+            self._election_deadline = now + self._election_timeout()
+        elif self.leader_id != -1:
+            self.state = S.FOLLOWER
+            self._fetch_deadline = now + self.cfg.fetch_timeout_ms
+        else:
+            self.state = S.UNATTACHED
+            self._election_deadline = now + (0 if self.voters == {node_id} else self._election_timeout())
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def is_voter(self) -> bool:
+        return self.node_id in self.voters
+
+    @property
+    def is_leader(self) -> bool:
+        return self.state is S.LEADER
+
+    def election_state(self) -> ElectionState:
+        return ElectionState(self.epoch, self.leader_id, self.voted_id, tuple(sorted(self.voters)))
+
+    def append(self, records: list[bytes], now: int) -> int:
+        """Append records in the leader's epoch; returns the offset of the last one. They are committed once
+        :attr:`high_watermark` passes that offset. Raises :class:`NotLeaderError` elsewhere."""
+        if self.state is not S.LEADER:
+            raise NotLeaderError(f"node {self.node_id} is {self.state.value} in epoch {self.epoch}")
+        base = self.log.end_offset
+        self.log.append([LogEntry(base + i, self.epoch, r) for i, r in enumerate(records)])
+        if self._flush_due is None:
+            self._flush_due = now + self.cfg.append_linger_ms
+        return self.log.end_offset - 1
+
+    def resign(self, now: int) -> None:
+        """Give up leadership gracefully (shutdown): EndQuorumEpoch to the voters, most caught-up first."""
+        if self.state is S.LEADER:
+            self._become_resigned(now)
+
+    def poll(self, now: int) -> int:
+        """Do what is due at ``now``; returns the time at which this replica next needs to be polled."""
+        if self.state is S.LEADER:
+            return self._poll_leader(now)
+        if self.state is S.FOLLOWER:
+            return self._poll_follower(now)
+        if self.state is S.UNATTACHED:
+            if self.is_voter:
+                if now >= self._election_deadline:
+                    self._become_prospective(now)
+                    return self.poll(now)
+                return self._election_deadline
+            return self._poll_observer_without_leader(now)
+        if self.state in (S.PROSPECTIVE, S.CANDIDATE):
+            if now >= self._election_deadline:
+                if self.state is S.PROSPECTIVE:  # the pre-vote round ran out: back off, try again later
+                    self._transition(S.UNATTACHED, self.epoch, -1, self.voted_id, now)
+                    self._election_deadline = now + self._backoff()
+                else:
+                    self._become_prospective(now)
+                return self.poll(now)
+            return self._election_deadline
+        if self.state is S.RESIGNED:
+            if now >= self._election_deadline:
+                self._become_prospective(now)
+                return self.poll(now)
+            return self._election_deadline
+        raise AssertionError(self.state)
+
+    def handle(self, msg: RaftMessage, now: int) -> None:
+        """Take one message from a peer (request or response)."""
+        if isinstance(msg, FetchRequest):
+            self._handle_fetch_request(msg, now)
+        elif isinstance(msg, FetchResponse):
+            self._handle_fetch_response(msg, now)
+        elif isinstance(msg, VoteRequest):
+            self._handle_vote_request(msg, now)
+        elif isinstance(msg, VoteResponse):
+            self._handle_vote_response(msg, now)
+        elif isinstance(msg, BeginQuorumEpochRequest):
+            self._handle_begin_epoch(msg, now)
+        elif isinstance(msg, BeginQuorumEpochResponse):
+            if msg.epoch > self.epoch:
+                self._observe(msg.epoch, msg.leader_id, now)
+            elif self.state is S.LEADER and msg.epoch == self.epoch:
+                self._begin_pending.discard(msg.src)
+        elif isinstance(msg, EndQuorumEpochRequest):
+            self._handle_end_epoch(msg, now)
+        else:
+            raise TypeError(f"not a Raft message: {msg!r}")
+
+    # ------------------------------------------------------------------ state changes
+    def _reset_state_fields(self) -> None:
+        self._election_deadline = NO_DEADLINE
+        self._fetch_deadline = NO_DEADLINE
+        self._fetch_inflight_until = -1
+        self._fetch_inflight_id = -1
+        self._granted: set[int] = set()
+        self._rejected: set[int] = set()
+        self._replicas: dict[int, ReplicaState] = {}
+        self._epoch_start_offset = 0
+        self._begin_pending: set[int] = set()
+        self._begin_next_ms = 0
+        self._leader_since = 0
+        self._flush_due: int | None = None
+        self._leader_contact_ms = -(2**62)  # last time the leader itself answered or wrote to us
+
+    def _transition(self, dst: QuorumStateName, epoch: int, leader_id: int, voted_id: int, now: int) -> None:
+        check_transition(self.state, dst)
+        if epoch < self.epoch:
+            raise AssertionError(f"epoch went back from {self.epoch} to {epoch}")
+        new = ElectionState(epoch, leader_id, voted_id, tuple(sorted(self.voters)))
+        if new != self.election_state():
+            self.store.write(new)  # durable before any message that depends on it leaves
+        log.debug("node %s: %s(epoch %s) -> %s(epoch %s, leader %s, voted %s)", self.node_id, self.state.value,
+                  self.epoch, dst.value, epoch, leader_id, voted_id)
+        self.state, self.epoch, self.leader_id, self.voted_id = dst, epoch, leader_id, voted_id
+        self._reset_state_fields()
+
+    def _observe(self, epoch: int, leader_id: int, now: int) -> None:
+        """A peer showed a higher epoch, or named the leader of ours: follow that leader or wait unattached."""
+        if epoch < self.epoch:
+            return
+        if leader_id == self.node_id:
+            return  # a stale echo of our own leadership
+        if epoch > self.epoch:
+            if leader_id != -1:
+                self._become_follower(epoch, leader_id, now)
+            else:
+                self._transition(S.UNATTACHED, epoch, -1, -1, now)
+                self._election_deadline = now + self._election_timeout()
+            return
+        # same epoch
+        if leader_id != -1 and self.state is not S.FOLLOWER and self.leader_id in (-1, self.node_id):
+            if self.state is S.LEADER:
+                raise AssertionError(f"two leaders in epoch {epoch}: {self.node_id} and {leader_id}")
+            if self.state is S.RESIGNED:
+                return
+            self._become_follower(epoch, leader_id, now)
+
+    def _become_follower(self, epoch: int, leader_id: int, now: int) -> None:
+        voted = self.voted_id if epoch == self.epoch else -1
+        self._transition(S.FOLLOWER, epoch, leader_id, voted, now)
+        self._fetch_deadline = now + self.cfg.fetch_timeout_ms
+
+    def _become_prospective(self, now: int) -> None:
+        self._transition(S.PROSPECTIVE, self.epoch, -1, self.voted_id, now)
+        self._granted = {self.node_id}
+        self._election_deadline = now + self._election_timeout()
+        req = VoteRequest(self.node_id, self.epoch + 1, self.log.last_epoch, self.log.end_offset, pre_vote=True)
+        for v in sorted(self.voters - {self.node_id}):
+            self.outbox.append((v, req))
+        self._check_election(now)
+
+    def _become_candidate(self, now: int) -> None:
+        self._transition(S.CANDIDATE, self.epoch + 1, -1, self.node_id, now)
+        self._granted = {self.node_id}
+        self._election_deadline = now + self._election_timeout()
+        req = VoteRequest(self.node_id, self.epoch, self.log.last_epoch, self.log.end_offset, pre_vote=False)
+        for v in sorted(self.voters - {self.node_id}):
+            self.outbox.append((v, req))
+        self._check_election(now)
+
+    def _become_leader(self, now: int) -> None:
+        self._transition(S.LEADER, self.epoch, self.node_id, self.voted_id, now)
+        self._epoch_start_offset = self.log.end_offset
+        self.log.append([LogEntry(self._epoch_start_offset, self.epoch, None)])  # LeaderChange control record
+        self._flush_due = now
+        self._replicas = {v: ReplicaState() for v in self.voters if v != self.node_id}
+        self._begin_pending = set(self.voters - {self.node_id})
+        self._begin_next_ms = now
+        self._leader_since = now
+        log.info("node %s is the leader in epoch %s (log end offset %s)", self.node_id, self.epoch,
+                 self.log.end_offset)
+
+    def _become_resigned(self, now: int) -> None:
+        by_offset = sorted(((r.end_offset, v) for v, r in self._replicas.items() if v in self.voters), reverse=True)
+        self._transition(S.RESIGNED, self.epoch, self.node_id, self.voted_id, now)
+        self._election_deadline = now + self._election_timeout()
+        req = EndQuorumEpochRequest(self.node_id, self.epoch, tuple(v for _, v in by_offset))
+        for v in sorted(self.voters - {self.node_id}):
+            self.outbox.append((v, req))
+
+    def _check_election(self, now: int) -> None:
+        majority = len(self.voters) // 2 + 1
+        if len(self._granted & self.voters) >= majority:
+            if self.state is S.PROSPECTIVE:
+                self._become_candidate(now)
+            elif self.state is S.CANDIDATE:
+                self._become_leader(now)
+        elif len(self._rejected & self.voters) >= majority and self.state is S.PROSPECTIVE:
+            self._transition(S.UNATTACHED, self.epoch, -1, self.voted_id, now)
+            self._election_deadline = now + self._backoff()
+
+    # ------------------------------------------------------------------ polling per state
+    def _poll_leader(self, now: int) -> int:
+        if self._flush_due is not None and now >= self._flush_due:
+            self.log.flush()
+            self._flush_due = None
+        self._maybe_advance_high_watermark()
+        # check-quorum: resign when a majority (counting ourselves) has not fetched for 1.5 x fetch timeout
+        window = self.cfg.fetch_timeout_ms * 3 // 2
+        if len(self.voters) > 1 and now - self._leader_since >= window:
+            alive = 1 + sum(1 for v, r in self._replicas.items() if v in self.voters and now - r.last_fetch_ms < window)
+            if alive < len(self.voters) // 2 + 1:
+                log.info("node %s resigns epoch %s: only %s of %s voters fetched within %s ms", self.node_id,
+                         self.epoch, alive, len(self.voters), window)
+                self._become_resigned(now)
+                return self.poll(now)
+        if self._begin_pending and now >= self._begin_next_ms:
+            for v in sorted(self._begin_pending):
+                self.outbox.append((v, BeginQuorumEpochRequest(self.node_id, self.epoch)))
+            self._begin_next_ms = now + max(self.cfg.retry_backoff_ms, self.cfg.election_timeout_ms // 4)
+        nxt = now + window // 3
+        if self._flush_due is not None:
+            nxt = min(nxt, self._flush_due)
+        if self._begin_pending:
+            nxt = min(nxt, self._begin_next_ms)
+        return nxt
+
+    def _poll_follower(self, now: int) -> int:
+        if now >= self._fetch_deadline:
+            if self.is_voter:
+                self._become_prospective(now)
+            else:
+                self._transition(S.UNATTACHED, self.epoch, -1, -1, now)
+            return self.poll(now)
+        if now >= self._fetch_inflight_until:
+            self._send_fetch(self.leader_id, now)
+        return min(self._fetch_deadline, self._fetch_inflight_until)
+
+    def _poll_observer_without_leader(self, now: int) -> int:
+        if now >= self._fetch_inflight_until and self.voters:
+            self._send_fetch(self.rng.choice(sorted(self.voters)), now)
+        return self._fetch_inflight_until
+
+    def _send_fetch(self, dst: int, now: int) -> None:
+        self._correlation += 1
+        self._fetch_inflight_id = self._correlation
+        self.outbox.append((dst, FetchRequest(self.node_id, self.epoch, self.log.end_offset, self.log.last_epoch,
+                                              self.cfg.fetch_max_entries, self._correlation)))
+        self._fetch_inflight_until = now + self.cfg.request_timeout_ms
+
+    # ------------------------------------------------------------------ handlers
+    def _log_is_up_to_date(self, last_epoch: int, end_offset: int) -> bool:
+        return (last_epoch, end_offset) >= (self.log.last_epoch, self.log.end_offset)
+
+    def _handle_vote_request(self, req: VoteRequest, now: int) -> None:
+        def answer(granted: bool) -> None:
+            self.outbox.append((req.src, VoteResponse(self.node_id, self.epoch, self.leader_id, granted,
+                                                      req.candidate_epoch, req.pre_vote)))
+
+        if req.src not in self.voters or not self.is_voter:
+            answer(False)
+            return
+        if req.pre_vote:
+            if req.candidate_epoch <= self.epoch:
+                answer(False)
+                return
+            # only first-hand contact counts: a replica that re-joined a leader on a peer's word has not heard from it
+            heard_from_leader = (self.state is S.LEADER or (
+                self.state is S.FOLLOWER and now - self._leader_contact_ms < self.cfg.fetch_timeout_ms))
+            answer(not heard_from_leader and self._log_is_up_to_date(req.last_offset_epoch, req.last_offset))
+            return
+        if req.candidate_epoch < self.epoch:
+            answer(False)
+            return
+        if req.candidate_epoch > self.epoch:
+            self._transition(S.UNATTACHED, req.candidate_epoch, -1, -1, now)
+            self._election_deadline = now + self._election_timeout()
+        granted = False
+        if self.state in (S.UNATTACHED, S.PROSPECTIVE) and self.voted_id in (-1, req.src) \
+                and self._log_is_up_to_date(req.last_offset_epoch, req.last_offset):
+            granted = True
+            if self.voted_id != req.src or self.state is S.PROSPECTIVE:
+                self._transition(S.UNATTACHED, self.epoch, -1, req.src, now)
+            self._election_deadline = now + self._election_timeout()
+        answer(granted)
+
+    def _handle_vote_response(self, resp: VoteResponse, now: int) -> None:
+        if resp.epoch > self.epoch:
+            self._observe(resp.epoch, resp.leader_id, now)
+            return
+        if resp.pre_vote:
+            if self.state is not S.PROSPECTIVE or resp.candidate_epoch != self.epoch + 1:
+                return
+            if resp.leader_id != -1 and resp.epoch == self.epoch:
+                self._observe(resp.epoch, resp.leader_id, now)
+                return
+        elif self.state is not S.CANDIDATE or resp.candidate_epoch != self.epoch:
+            return
+        (self._granted if resp.vote_granted else self._rejected).add(resp.src)
+        self._check_election(now)
+
+    def _handle_begin_epoch(self, req: BeginQuorumEpochRequest, now: int) -> None:
+        if req.epoch >= self.epoch and not (self.state is S.LEADER and req.epoch == self.epoch):
+            if req.epoch > self.epoch or self.state is not S.FOLLOWER:
+                self._observe(req.epoch, req.src, now)
+            elif self.leader_id == req.src:
+                self._fetch_deadline = now + self.cfg.fetch_timeout_ms
+            if self.state is S.FOLLOWER and self.leader_id == req.src:
+                self._leader_contact_ms = now
+        error = "NONE" if req.epoch >= self.epoch else "FENCED_LEADER_EPOCH"
+        self.outbox.append((req.src, BeginQuorumEpochResponse(self.node_id, self.epoch, self.leader_id, error)))
+
+    def _handle_end_epoch(self, req: EndQuorumEpochRequest, now: int) -> None:
+        if req.epoch < self.epoch:
+            return
+        if req.epoch > self.epoch:
+            self._observe(req.epoch, -1, now)
+        if not self.is_voter:
+            return
+        if self.state is S.FOLLOWER and self.leader_id == req.src:
+            rank = req.preferred_successors.index(self.node_id) if self.node_id in req.preferred_successors \
+                else len(self.voters)
+            delay = 0 if rank == 0 else self.rng.randint(1, self.cfg.election_backoff_max_ms) * rank // max(1, len(self.voters))
+            self._fetch_deadline = now + delay
+        elif self.state is S.UNATTACHED:
+            self._election_deadline = min(self._election_deadline, now + self._backoff())
+
+    def _handle_fetch_request(self, req: FetchRequest, now: int) -> None:
+        def answer(error: str, **kw: object) -> None:
+            self.outbox.append((req.src, FetchResponse(self.node_id, self.epoch, self.leader_id, error,
+                                                       req.fetch_offset, correlation_id=req.correlation_id,
+                                                       **kw)))  # type: ignore[arg-type]
+
+        if self.state is not S.LEADER:
+            answer("NOT_LEADER_OR_FOLLOWER")
+            return
+        if req.epoch < self.epoch:
+            answer("FENCED_LEADER_EPOCH")
+            return
+        if req.epoch > self.epoch:
+            answer("UNKNOWN_LEADER_EPOCH")
+            return
+        if req.fetch_offset > 0 or req.last_fetched_epoch > 0:
+            epoch, end = self.log.end_offset_for_epoch(req.last_fetched_epoch)
+            if epoch != req.last_fetched_epoch or req.fetch_offset > end:
+                answer("NONE", high_watermark=self.high_watermark, diverging_epoch=epoch, diverging_end_offset=end)
+                return
+        replica = self._replicas.get(req.src)
+        if replica is None:
+            replica = self._replicas[req.src] = ReplicaState()  # an observer
+        replica.end_offset = max(replica.end_offset, req.fetch_offset)
+        replica.last_fetch_ms = now
+        self._begin_pending.discard(req.src)
+        self._maybe_advance_high_watermark()
+        entries = tuple(self.log.read(req.fetch_offset, req.max_entries))
+        answer("NONE", high_watermark=self.high_watermark, entries=entries)
+
+    def _handle_fetch_response(self, resp: FetchResponse, now: int) -> None:
+        if resp.correlation_id != self._fetch_inflight_id:
+            return  # a late or duplicated answer to an earlier fetch
+        self._fetch_inflight_id = -1
+        if resp.epoch > self.epoch or (resp.epoch == self.epoch and resp.leader_id not in (-1, self.leader_id)):
+            self._observe(resp.epoch, resp.leader_id, now)
+        if resp.error != "NONE":
+            if (resp.error == "NOT_LEADER_OR_FOLLOWER" and self.state is S.FOLLOWER and resp.src == self.leader_id
+                    and resp.epoch == self.epoch):
+                self._fetch_deadline = now  # our leader gave up its epoch: no need to wait for the timeout
+            if self.state in (S.FOLLOWER, S.UNATTACHED):
+                self._fetch_inflight_until = min(self._fetch_inflight_until, now + self.cfg.retry_backoff_ms)
+            return
+        if self.state is not S.FOLLOWER or resp.src != self.leader_id or resp.epoch != self.epoch:
+            return
+        self._fetch_inflight_until = now  # fetch again at once
+        self._fetch_deadline = now + self.cfg.fetch_timeout_ms
+        self._leader_contact_ms = now
+        if resp.diverging_epoch >= 0:
+            _, own_end = self.log.end_offset_for_epoch(resp.diverging_epoch)
+            truncate_to = min(own_end, resp.diverging_end_offset)
+            if truncate_to < self.high_watermark:
+                raise AssertionError(f"node {self.node_id}: truncation to {truncate_to} below the high watermark "
+                                     f"{self.high_watermark}")
+            self.log.truncate_to(truncate_to)
+            return
+        if resp.entries:
+            self.log.append(resp.entries)
+            self.log.flush()
+        hw = min(resp.high_watermark, self.log.end_offset)
+        if hw > self.high_watermark:
+            self.high_watermark = hw
+            if self.on_commit:
+                self.on_commit(hw)
+
+    # ------------------------------------------------------------------ commit
+    def _maybe_advance_high_watermark(self) -> None:
+        offsets = sorted((self.log.flushed_offset if v == self.node_id else self._replicas[v].end_offset
+                          for v in self.voters), reverse=True)
+        majority_offset = offsets[len(offsets) // 2]
+        if majority_offset > self._epoch_start_offset and majority_offset > self.high_watermark:
+            self.high_watermark = majority_offset
+            if self.on_commit:
+                self.on_commit(majority_offset)
+
+    # ------------------------------------------------------------------ timers
+    def _election_timeout(self) -> int:
+        base = self.cfg.election_timeout_ms
+        return base + self.rng.randint(0, base)
+
+    def _backoff(self) -> int:
+        return self.rng.randint(self.cfg.retry_backoff_ms, max(self.cfg.retry_backoff_ms, self.cfg.election_backoff_max_ms))

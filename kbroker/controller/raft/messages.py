@@ -1,0 +1,88 @@
+"""The Raft messages as the state machine sees them: the fields of KRaft's Vote, BeginQuorumEpoch,
+EndQuorumEpoch and Fetch requests and responses (API keys 52, 53, 54 and 1) that the protocol needs.
+
+The wire adapter maps these to and from the generated messages (``VoteRequest`` etc.); the simulation passes
+them as they are. Every message names its sender (``src``); responses repeat what they answer so that a late
+or duplicated response can be recognised and dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kbroker.controller.raft.log import LogEntry
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    src: int
+    candidate_epoch: int
+    """The epoch the candidate campaigns in. For a pre-vote: the prospective's epoch + 1 (KIP-996)."""
+    last_offset_epoch: int
+    last_offset: int
+    """The candidate's log end offset."""
+    pre_vote: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    src: int
+    epoch: int
+    """The voter's current epoch."""
+    leader_id: int
+    vote_granted: bool
+    candidate_epoch: int
+    pre_vote: bool
+    error: str = "NONE"
+
+
+@dataclass(frozen=True, slots=True)
+class BeginQuorumEpochRequest:
+    src: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BeginQuorumEpochResponse:
+    src: int
+    epoch: int
+    leader_id: int
+    error: str = "NONE"
+
+
+@dataclass(frozen=True, slots=True)
+class EndQuorumEpochRequest:
+    src: int
+    epoch: int
+    preferred_successors: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    src: int
+    epoch: int
+    """The epoch the fetching replica believes current (``current_leader_epoch``)."""
+    fetch_offset: int
+    last_fetched_epoch: int
+    max_entries: int = 100
+    correlation_id: int = 0
+    """Answered in the response; only the answer to the fetch in flight is taken (the wire's correlation id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResponse:
+    src: int
+    epoch: int
+    leader_id: int
+    error: str
+    """``NONE``, ``FENCED_LEADER_EPOCH``, ``UNKNOWN_LEADER_EPOCH`` or ``NOT_LEADER_OR_FOLLOWER``."""
+    fetch_offset: int
+    high_watermark: int = -1
+    diverging_epoch: int = -1
+    diverging_end_offset: int = -1
+    entries: tuple[LogEntry, ...] = field(default_factory=tuple)
+    correlation_id: int = 0
+
+
+RaftMessage = (VoteRequest | VoteResponse | BeginQuorumEpochRequest | BeginQuorumEpochResponse
+               | EndQuorumEpochRequest | FetchRequest | FetchResponse)
