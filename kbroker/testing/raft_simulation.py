@@ -96,7 +96,8 @@ class Simulation:
         ids = list(range(1, self.cfg.voters + self.cfg.observers + 1))
         self.nodes = {i: _Node(i) for i in ids}
         self.leaders: dict[int, int] = {}
-        self.committed: list[LogEntry] = []
+        self.committed: dict[int, LogEntry] = {}  # base offset -> batch, in order
+        self.committed_end = 0
         self.groups: list[set[int]] | None = None  # a network partition: who can reach whom
         self.appended = 0
         self.crashes = 0
@@ -195,7 +196,7 @@ class Simulation:
                     marker_offset = leader.client.append([b"marker"], self.now)
                     self._poll(leader)
         self._check_liveness(marker_offset)
-        return SimResult(self.seed, self.events, dict(self.leaders), len(self.committed), self.appended,
+        return SimResult(self.seed, self.events, dict(self.leaders), self.committed_end, self.appended,
                          self.crashes, self.partitions)
 
     def _leader(self) -> _Node | None:
@@ -223,8 +224,9 @@ class Simulation:
         elif kind == "append":
             leader = self._leader()
             if leader is not None and leader.client is not None:
-                self.appended += 1
-                leader.client.append([f"{self.seed}-{self.appended}".encode()], self.now)
+                n = self.rng.randint(1, 4)
+                leader.client.append([f"{self.seed}-{self.appended + i}".encode() for i in range(n)], self.now)
+                self.appended += n
                 self._poll(leader)
         elif kind == "crash":
             node_id, down = data
@@ -285,10 +287,10 @@ class Simulation:
                     self._fail(f"two leaders in epoch {client.epoch}: {other} and {node.id}")
                 if node.leader_checked_epoch != client.epoch:  # leader completeness, when it takes office
                     node.leader_checked_epoch = client.epoch
-                    held = node.log.read(0, len(self.committed))
-                    if held[:len(self.committed)] != self.committed[:len(held)] or len(held) < len(self.committed):
+                    held = [e for e in node.log.read(0, len(self.committed)) if e.offset < self.committed_end]
+                    if held != list(self.committed.values()):
                         self._fail(f"leader {node.id} of epoch {client.epoch} lacks committed entries: log end "
-                                   f"offset {node.log.end_offset}, committed {len(self.committed)}")
+                                   f"offset {node.log.end_offset}, committed up to {self.committed_end}")
             hw = client.high_watermark
             if hw < node.last_hw:
                 self._fail(f"node {node.id} high watermark went back from {node.last_hw} to {hw}")
@@ -299,16 +301,21 @@ class Simulation:
             if low is not None:
                 node.log.lowest_truncation = None
                 node.verified = min(node.verified, low)
-            upto = hw
-            if upto > node.verified:
-                entries = node.log.read(node.verified, upto - node.verified)
-                for e in entries:
-                    if e.offset < len(self.committed):
-                        if self.committed[e.offset] != e:
-                            self._fail(f"node {node.id} has {e} where {self.committed[e.offset]} was committed")
-                    elif e.offset < hw:
-                        self.committed.append(e)
-                node.verified = min(upto, node.verified + len(entries))
+            if hw > node.verified:
+                for e in node.log.read(node.verified, 1 << 30):
+                    if e.next_offset > hw:
+                        if e.offset < hw:
+                            self._fail(f"node {node.id} high watermark {hw} inside batch {e}")
+                        break
+                    if e.offset < self.committed_end:
+                        if self.committed.get(e.offset) != e:
+                            self._fail(f"node {node.id} has {e} where {self.committed.get(e.offset)} was committed")
+                    elif e.offset == self.committed_end:
+                        self.committed[e.offset] = e
+                        self.committed_end = e.next_offset
+                    else:
+                        self._fail(f"node {node.id} commits {e} past a gap at {self.committed_end}")
+                node.verified = hw
 
     def _check_liveness(self, marker_offset: int | None) -> None:
         if marker_offset is None:

@@ -159,12 +159,14 @@ class RaftClient:
         return ElectionState(self.epoch, self.leader_id, self.voted_id, tuple(sorted(self.voters)))
 
     def append(self, records: list[bytes], now: int) -> int:
-        """Append records in the leader's epoch; returns the offset of the last one. They are committed once
-        :attr:`high_watermark` passes that offset. Raises :class:`NotLeaderError` elsewhere."""
+        """Append records as one batch in the leader's epoch; returns the offset of the last one. They are
+        committed together once :attr:`high_watermark` passes that offset. Raises :class:`NotLeaderError`
+        elsewhere."""
         if self.state is not S.LEADER:
             raise NotLeaderError(f"node {self.node_id} is {self.state.value} in epoch {self.epoch}")
-        base = self.log.end_offset
-        self.log.append([LogEntry(base + i, self.epoch, r) for i, r in enumerate(records)])
+        if not records:
+            raise ValueError("nothing to append")
+        self.log.append([LogEntry(self.log.end_offset, self.epoch, tuple(records), len(records))])
         if self._flush_due is None:
             self._flush_due = now + self.cfg.append_linger_ms
         return self.log.end_offset - 1
