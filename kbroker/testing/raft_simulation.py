@@ -27,7 +27,9 @@ import sys
 from dataclasses import dataclass, field
 
 from kbroker.controller.raft.client import MemoryElectionStore, RaftClient, RaftConfig
-from kbroker.controller.raft.log import LogEntry, MemoryRaftLog
+from typing import Callable
+
+from kbroker.controller.raft.log import LogEntry, MemoryRaftLog, RaftLog
 from kbroker.controller.raft.states import QuorumStateName
 
 
@@ -70,9 +72,9 @@ class SimResult:
 
 
 class _Node:
-    def __init__(self, node_id: int) -> None:
+    def __init__(self, node_id: int, log: RaftLog | None = None) -> None:
         self.id = node_id
-        self.log = MemoryRaftLog()
+        self.log: RaftLog = log if log is not None else MemoryRaftLog()
         self.store = MemoryElectionStore()
         self.client: RaftClient | None = None
         self.poll_at = -1
@@ -83,7 +85,12 @@ class _Node:
 
 
 class Simulation:
-    def __init__(self, seed: int, cfg: SimConfig | None = None, verbose: bool = False) -> None:
+    def __init__(self, seed: int, cfg: SimConfig | None = None, verbose: bool = False,
+                 log_factory: Callable[[int], RaftLog] | None = None,
+                 crash_log: Callable[[int, RaftLog], RaftLog] | None = None) -> None:
+        """``log_factory(node_id)`` gives each replica its log (default: in memory); ``crash_log(node_id, log)``
+        models a crash of a replica's log and returns the log it restarts with (default: ``log.crash()``)."""
+        self._crash_log = crash_log
         self.seed = seed
         self.cfg = cfg or SimConfig()
         self.verbose = verbose
@@ -94,7 +101,7 @@ class Simulation:
         self._seq = 0
         self.voter_ids = frozenset(range(1, self.cfg.voters + 1))
         ids = list(range(1, self.cfg.voters + self.cfg.observers + 1))
-        self.nodes = {i: _Node(i) for i in ids}
+        self.nodes = {i: _Node(i, log_factory(i) if log_factory else None) for i in ids}
         self.leaders: dict[int, int] = {}
         self.committed: dict[int, LogEntry] = {}  # base offset -> batch, in order
         self.committed_end = 0
@@ -242,7 +249,10 @@ class Simulation:
             if self.verbose:
                 print(f"{self.now:>7} crash node {node_id} for {down} ms")
             node.client = None
-            node.log.crash()
+            if self._crash_log is not None:
+                node.log = self._crash_log(node.id, node.log)
+            else:
+                node.log.crash()  # type: ignore[attr-defined]
             node.incarnation += 1
             self._push(self.now + down, "restart", node_id)
         elif kind == "restart":
