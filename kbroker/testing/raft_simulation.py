@@ -87,10 +87,12 @@ class _Node:
 class Simulation:
     def __init__(self, seed: int, cfg: SimConfig | None = None, verbose: bool = False,
                  log_factory: Callable[[int], RaftLog] | None = None,
-                 crash_log: Callable[[int, RaftLog], RaftLog] | None = None) -> None:
+                 crash_log: Callable[[int, RaftLog], RaftLog] | None = None,
+                 wire: Callable[[int, object], object] | None = None) -> None:
         """``log_factory(node_id)`` gives each replica its log (default: in memory); ``crash_log(node_id, log)``
         models a crash of a replica's log and returns the log it restarts with (default: ``log.crash()``)."""
         self._crash_log = crash_log
+        self._wire = wire  # wire(dst, msg) -> msg as the peer decodes it (e.g. through the Kafka codec)
         self.seed = seed
         self.cfg = cfg or SimConfig()
         self.verbose = verbose
@@ -143,6 +145,8 @@ class Simulation:
                 continue
             if self.faults and self.rng.random() < self.cfg.drop_rate:
                 continue
+            if self._wire is not None:
+                msg = self._wire(dst, msg)
             copies = 2 if self.faults and self.rng.random() < self.cfg.duplicate_rate else 1
             for _ in range(copies):
                 delay = self.rng.randint(self.cfg.min_delay_ms, self.cfg.max_delay_ms)
