@@ -1,0 +1,141 @@
+"""Requests from this node to another kbroker node (controller quorum, later replica fetchers).
+
+:class:`NodeChannel` is one TCP connection to one peer, opened on first use and re-opened after a failure
+with a backoff: requests are pipelined and their responses matched by correlation id (Kafka's
+``NetworkClient`` does the same). Every request has a deadline; a request that cannot be sent, or whose answer
+does not come in time, fails with :class:`NodeRequestError` and the connection is dropped, so a peer that was
+SIGSTOPped or cut off does not hold anything but its own requests.
+
+The channel does not negotiate versions: kbroker nodes of one cluster speak the versions that
+:mod:`kbroker.controller.raft.wire` names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from typing import Any
+
+from kbroker.protocol import codec
+from kbroker.protocol.api_keys import RESPONSES
+from kbroker.protocol.headers import encode_request_header, response_header_version
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+
+
+class NodeRequestError(Exception):
+    """A request to a peer failed: not connected, timed out, connection lost or a malformed answer."""
+
+
+class NodeChannel:
+    """Requests to one peer at ``host:port``. ``client_id`` names this node in the peer's logs."""
+
+    def __init__(self, node_id: int, host: str, port: int, client_id: str,
+                 connect_timeout_s: float = 1.0, reconnect_backoff_s: float = 0.05) -> None:
+        self.node_id = node_id
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.connect_timeout_s = connect_timeout_s
+        self.reconnect_backoff_s = reconnect_backoff_s
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._connecting: asyncio.Lock = asyncio.Lock()
+        self._pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
+        self._correlation = 0
+        self._next_connect = 0.0
+        self._closed = False
+
+    async def request(self, api_key: int, version: int, msg: Any, timeout_s: float) -> Any:
+        """Send ``msg`` and return the decoded response; raises :class:`NodeRequestError`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        await self._ensure_connected(deadline)
+        writer = self._writer
+        if writer is None:
+            raise NodeRequestError(f"not connected to node {self.node_id} at {self.host}:{self.port}")
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        corr = self._correlation
+        body = encode_request_header(api_key, version, corr, self.client_id) + codec.encode(msg, version)
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._pending[corr] = (api_key, version, fut)
+        try:
+            writer.write(_SIZE.pack(len(body)) + body)
+            return await asyncio.wait_for(fut, max(0.0, deadline - loop.time()))
+        except asyncio.TimeoutError:
+            self._drop(f"no answer from node {self.node_id} within {timeout_s:g} s")
+            raise NodeRequestError(f"request to node {self.node_id} timed out") from None
+        finally:
+            self._pending.pop(corr, None)
+
+    async def close(self) -> None:
+        self._closed = True
+        self._drop("channel closed")
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            try:
+                await self._reader_task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+    # ------------------------------------------------------------------ connection
+    async def _ensure_connected(self, deadline: float) -> None:
+        if self._writer is not None:
+            return
+        async with self._connecting:
+            if self._writer is not None or self._closed:
+                return
+            loop = asyncio.get_running_loop()
+            if loop.time() < self._next_connect:
+                raise NodeRequestError(f"node {self.node_id} unreachable (backing off)")
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(self.host, self.port),
+                    max(0.001, min(self.connect_timeout_s, deadline - loop.time())))
+            except (OSError, asyncio.TimeoutError) as exc:
+                self._next_connect = loop.time() + self.reconnect_backoff_s
+                raise NodeRequestError(f"cannot connect to node {self.node_id} at {self.host}:{self.port}: "
+                                       f"{exc or type(exc).__name__}") from None
+            self._reader, self._writer = reader, writer
+            self._reader_task = loop.create_task(self._read_loop(reader))
+
+    def _drop(self, why: str) -> None:
+        writer, self._writer, self._reader = self._writer, None, None
+        if writer is not None:
+            writer.close()
+            log.debug("connection to node %s dropped: %s", self.node_id, why)
+        if self._reader_task is not None and self._reader_task is not asyncio.current_task():
+            self._reader_task.cancel()
+        self._reader_task = None
+        pending, self._pending = self._pending, {}
+        for _, _, fut in pending.values():
+            if not fut.done():
+                fut.set_exception(NodeRequestError(why))
+
+    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                if size < 4 or size > MAX_RESPONSE_BYTES:
+                    raise NodeRequestError(f"malformed response size {size}")
+                frame = await reader.readexactly(size)
+                (corr,) = _SIZE.unpack_from(frame, 0)
+                entry = self._pending.get(corr)
+                if entry is None:
+                    continue  # the request timed out meanwhile
+                api_key, version, fut = entry
+                pos = 4
+                if response_header_version(api_key, version) >= 1:
+                    pos = codec._skip_tagged(frame, pos)
+                resp, _ = codec.decode(RESPONSES[api_key], frame, version, pos)
+                if not fut.done():
+                    fut.set_result(resp)
+        except asyncio.CancelledError:
+            raise
+        except (OSError, asyncio.IncompleteReadError, NodeRequestError, codec.DecodeError) as exc:
+            self._drop(f"connection to node {self.node_id} lost: {exc or type(exc).__name__}")

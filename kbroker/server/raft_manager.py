@@ -1,0 +1,211 @@
+"""Runs the Raft state machine (:class:`~kbroker.controller.raft.client.RaftClient`) on the event loop.
+
+The state machine does no I/O; this driver gives it time, a network and a way to wait:
+
+* a task polls it at the times it asks for (or at once when something changed) and sends what it put in its
+  outbox: requests go to the peers through one :class:`~kbroker.server.inter_node.NodeChannel` each, their
+  answers are decoded (:mod:`kbroker.controller.raft.wire`) and handed back;
+* :meth:`RaftManager.handle_request` takes a Raft request that arrived on a listener (Vote, BeginQuorumEpoch,
+  EndQuorumEpoch, or a Fetch of ``__cluster_metadata`` by a replica) and returns the response to send;
+* a Fetch that would come back empty is parked for up to ``fetch_max_wait_ms`` until the leader's log or high
+  watermark moves (long polling, as Kafka's leader does), so idle followers do not spin.
+
+The interface is narrow on purpose: peers are ``node id -> (host, port)``, and whoever owns the manager
+(the controller) learns of commits through ``on_commit`` of the state machine and appends with
+:meth:`RaftManager.append`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable, Mapping
+
+from kbroker.controller.raft import messages as rm
+from kbroker.controller.raft import wire
+from kbroker.controller.raft.client import RaftClient
+from kbroker.protocol.errors import KafkaError
+from kbroker.protocol.messages.begin_quorum_epoch_response import BeginQuorumEpochResponse
+from kbroker.protocol.messages.end_quorum_epoch_request import EndQuorumEpochRequest
+from kbroker.protocol.messages.end_quorum_epoch_response import EndQuorumEpochResponse
+from kbroker.protocol.messages.fetch_request import FetchRequest
+from kbroker.protocol.messages.fetch_response import FetchResponse
+from kbroker.protocol.messages.vote_response import VoteResponse
+from kbroker.server.inter_node import NodeChannel, NodeRequestError
+
+log = logging.getLogger(__name__)
+
+_RESPONSE_TYPES = {rm.VoteRequest: rm.VoteResponse, rm.BeginQuorumEpochRequest: rm.BeginQuorumEpochResponse,
+                   rm.FetchRequest: rm.FetchResponse}
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class RaftManager:
+    """Drives one :class:`RaftClient`. ``peers`` maps every other voter (and, for observers, the voters) to
+    the ``(host, port)`` of its controller listener."""
+
+    def __init__(self, client: RaftClient, cluster_id: str, peers: Mapping[int, tuple[str, int]], *,
+                 clock_ms: Callable[[], int] = monotonic_ms, request_timeout_ms: int = 2000,
+                 fetch_max_wait_ms: int = 500) -> None:
+        self.client = client
+        self.cluster_id = cluster_id
+        self.clock_ms = clock_ms
+        self.request_timeout_ms = request_timeout_ms
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        self.channels = {nid: NodeChannel(nid, host, port, f"kbroker-raft-{client.node_id}")
+                         for nid, (host, port) in peers.items() if nid != client.node_id}
+        self._wake = asyncio.Event()
+        self._changed: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._sends: set[asyncio.Task[None]] = set()
+        self._stopping = False
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"raft-{self.client.node_id}")
+
+    async def stop(self, graceful: bool = True) -> None:
+        """Stop; a leader first resigns and sends EndQuorumEpoch (graceful shutdown) when ``graceful``."""
+        if graceful and self.client.is_leader:
+            self.client.resign(self.clock_ms())
+            self._send_outbox()
+            if self._sends:
+                await asyncio.wait(list(self._sends), timeout=0.5)
+        self._stopping = True
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        for t in list(self._sends):
+            t.cancel()
+        for ch in self.channels.values():
+            await ch.close()
+        self._notify_change()
+
+    # ------------------------------------------------------------------ leader API
+    def append(self, records: list[bytes]) -> int:
+        """Append records as one batch (leader only; raises ``NotLeaderError``); returns the last offset."""
+        last = self.client.append(records, self.clock_ms())
+        self._notify_change()
+        self._wake.set()
+        return last
+
+    # ------------------------------------------------------------------ inbound requests
+    async def handle_request(self, request: Any, correlation_id: int = 0) -> Any:
+        """Answer a Raft request received on a listener; returns the generated response."""
+        try:
+            msg = wire.decode_request(request, self.cluster_id, correlation_id)
+        except KafkaError as exc:
+            return _error_response(request, exc)
+        if isinstance(msg, rm.EndQuorumEpochRequest):
+            self.client.handle(msg, self.clock_ms())
+            self._wake.set()
+            return EndQuorumEpochResponse(topics=[EndQuorumEpochResponse.TopicData(
+                topic_name=wire.METADATA_TOPIC, partitions=[EndQuorumEpochResponse.PartitionData(
+                    partition_index=0, leader_id=self.client.leader_id, leader_epoch=self.client.epoch)])])
+        deadline = self.clock_ms() + (min(request.max_wait_ms, self.fetch_max_wait_ms)
+                                      if isinstance(msg, rm.FetchRequest) else 0)
+        while True:
+            changed = self._change_future()
+            self.client.handle(msg, self.clock_ms())
+            resp = self._take_response(msg)
+            self._wake.set()
+            if resp is None:  # cannot happen: the state machine answers every request it is given
+                raise RuntimeError(f"no answer to {msg!r}")
+            if (not isinstance(resp, rm.FetchResponse) or resp.entries or resp.error != "NONE"
+                    or resp.diverging_epoch >= 0 or self.clock_ms() >= deadline
+                    or resp.high_watermark < self.client.high_watermark):
+                return wire.encode_response(resp)
+            try:  # long poll: wait for the log or the high watermark to move
+                await asyncio.wait_for(asyncio.shield(changed), (deadline - self.clock_ms()) / 1000)
+            except asyncio.TimeoutError:
+                pass
+            if self._stopping:
+                return wire.encode_response(resp)
+
+    def _take_response(self, req: Any) -> Any:
+        want = _RESPONSE_TYPES[type(req)]
+        out = self.client.outbox
+        for i, (dst, m) in enumerate(out):
+            if dst == req.src and type(m) is want:
+                del out[i]
+                return m
+        return None
+
+    # ------------------------------------------------------------------ the loop
+    def _change_future(self) -> asyncio.Future[None]:
+        if self._changed is None or self._changed.done():
+            self._changed = asyncio.get_running_loop().create_future()
+        return self._changed
+
+    def _notify_change(self) -> None:
+        if self._changed is not None and not self._changed.done():
+            self._changed.set_result(None)
+
+    async def _run(self) -> None:
+        last_state = None
+        while not self._stopping:
+            self._wake.clear()
+            now = self.clock_ms()
+            before = (self.client.log.end_offset, self.client.high_watermark)
+            nxt = self.client.poll(now)
+            if (self.client.log.end_offset, self.client.high_watermark) != before:
+                self._notify_change()
+            state = (self.client.state, self.client.epoch, self.client.leader_id)
+            if state != last_state:
+                log.info("raft node %s: %s in epoch %s, leader %s", self.client.node_id, state[0].value,
+                         state[1], state[2])
+                last_state = state
+            self._send_outbox()
+            try:
+                await asyncio.wait_for(self._wake.wait(), max(0.0, (nxt - self.clock_ms()) / 1000))
+            except asyncio.TimeoutError:
+                pass
+
+    def _send_outbox(self) -> None:
+        out, self.client.outbox = self.client.outbox, []
+        for dst, msg in out:
+            if isinstance(msg, (rm.VoteResponse, rm.BeginQuorumEpochResponse, rm.FetchResponse)):
+                continue  # answers to requests that were handled elsewhere and already returned
+            channel = self.channels.get(dst)
+            if channel is None:
+                continue
+            task = asyncio.get_running_loop().create_task(self._send(channel, msg))
+            self._sends.add(task)
+            task.add_done_callback(self._sends.discard)
+
+    async def _send(self, channel: NodeChannel, msg: Any) -> None:
+        api_key, version, req = wire.encode_request(msg, self.cluster_id, channel.node_id)
+        if isinstance(msg, rm.FetchRequest):
+            req.max_wait_ms = self.fetch_max_wait_ms
+        try:
+            resp = await channel.request(api_key, version, req, self.request_timeout_ms / 1000)
+        except NodeRequestError as exc:
+            log.debug("raft node %s: %s", self.client.node_id, exc)
+            return
+        back = wire.decode_response(resp, msg, channel.node_id)
+        if back is None:
+            return
+        before = (self.client.log.end_offset, self.client.high_watermark)
+        self.client.handle(back, self.clock_ms())
+        if (self.client.log.end_offset, self.client.high_watermark) != before:
+            self._notify_change()
+        self._wake.set()
+
+
+def _error_response(request: Any, exc: KafkaError) -> Any:
+    code = int(exc.code)
+    if isinstance(request, FetchRequest):
+        return FetchResponse(error_code=code)
+    if isinstance(request, EndQuorumEpochRequest):
+        return EndQuorumEpochResponse(error_code=code)
+    if type(request).__name__ == "VoteRequest":
+        return VoteResponse(error_code=code)
+    return BeginQuorumEpochResponse(error_code=code)
