@@ -176,3 +176,12 @@ def test_damaged_quorum_state_refuses(tmp_path):
     (tmp_path / "quorum-state").write_bytes(b"\xff\xfegarbage")
     with pytest.raises(QuorumStateError, match="quorum-state is damaged"):
         FileElectionStore(tmp_path).read()
+
+
+def test_quorum_state_of_another_cluster_refuses(tmp_path):
+    from kbroker.controller.raft.states import ElectionState
+
+    FileElectionStore(tmp_path, "cluster-a").write(ElectionState(3, 1, 1, (1,)))
+    assert FileElectionStore(tmp_path, "cluster-a").read() == ElectionState(3, 1, 1, (1,))
+    with pytest.raises(QuorumStateError, match="belongs to cluster cluster-a"):
+        FileElectionStore(tmp_path, "cluster-b").read()

@@ -76,10 +76,10 @@ class ElectionState:
     voted_id: int = -1
     voters: tuple[int, ...] = field(default_factory=tuple)
 
-    def to_json(self) -> str:
+    def to_json(self, cluster_id: str = "") -> str:
         """``quorum-state`` text: Kafka's ``QuorumStateData`` v0 field names."""
         return json.dumps({
-            "clusterId": "",
+            "clusterId": cluster_id,
             "leaderId": self.leader_id,
             "leaderEpoch": self.epoch,
             "votedId": self.voted_id,
@@ -87,6 +87,15 @@ class ElectionState:
             "currentVoters": [{"voterId": v} for v in self.voters],
             "data_version": 0,
         })
+
+    @staticmethod
+    def cluster_id_of(text: str) -> str:
+        """The ``clusterId`` field of ``quorum-state`` text ("" when absent); ``ValueError`` when not JSON."""
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not JSON: {exc}") from None
+        return str(obj.get("clusterId") or "") if isinstance(obj, dict) else ""
 
     @classmethod
     def from_json(cls, text: str) -> ElectionState:

@@ -22,8 +22,12 @@ class QuorumStateError(Exception):
 
 
 class FileElectionStore:
-    def __init__(self, directory: Path) -> None:
+    """``quorum-state`` in ``directory``. With ``cluster_id``, a file written for another cluster is refused
+    (the directory was formatted for, or copied from, another cluster)."""
+
+    def __init__(self, directory: Path, cluster_id: str = "") -> None:
         self.path = Path(directory) / QUORUM_STATE_FILE
+        self.cluster_id = cluster_id
 
     def read(self) -> ElectionState | None:
         try:
@@ -31,16 +35,22 @@ class FileElectionStore:
         except FileNotFoundError:
             return None
         try:
-            return ElectionState.from_json(raw.decode("utf-8"))
+            text = raw.decode("utf-8")
+            state = ElectionState.from_json(text)
+            stored = ElectionState.cluster_id_of(text)
         except (UnicodeDecodeError, ValueError) as exc:
             raise QuorumStateError(f"{self.path} is damaged ({exc}); it holds this node's vote and epoch, so the "
                                    f"node cannot start safely: restore it, or remove the node from the quorum "
                                    f"and add it again with an empty metadata directory") from None
+        if self.cluster_id and stored and stored != self.cluster_id:
+            raise QuorumStateError(f"{self.path} belongs to cluster {stored}, this node is formatted for cluster "
+                                   f"{self.cluster_id}: the metadata directory was copied from another cluster")
+        return state
 
     def write(self, state: ElectionState) -> None:
         tmp = self.path.with_name(self.path.name + ".tmp")
         with open(tmp, "wb") as f:
-            f.write(state.to_json().encode())
+            f.write(state.to_json(self.cluster_id).encode())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
