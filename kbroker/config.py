@@ -28,6 +28,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "default.replication.factor": "1",
     "auto.create.topics.enable": "true",
     "delete.topic.enable": "true",
+    "remote.log.storage.system.enable": "false",
     "socket.request.max.bytes": "104857600",
     "socket.send.buffer.bytes": "102400",
     "socket.receive.buffer.bytes": "102400",
@@ -61,6 +62,11 @@ BROKER_DEFAULTS: dict[str, str] = {
     "fetch.max.bytes": "57671680",
     "cluster.id": "",
 }
+
+
+class ConfigException(ValueError):
+    """A configuration value kbroker cannot use; the message is one line naming the key, the value and what is
+    allowed (Kafka's ``ConfigException`` wording: ``Invalid value X for configuration K: ...``)."""
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -97,9 +103,9 @@ class Listener:
     @classmethod
     def parse(cls, text: str) -> Listener:
         name, _, rest = text.strip().partition("://")
-        if not rest:
-            raise ValueError(f"invalid listener {text!r}: expected NAME://host:port")
         host, _, port = rest.rpartition(":")
+        if not rest or not port.isdigit() or not name:
+            raise ConfigException(f"Invalid value {text.strip()} for a listener: expected NAME://host:port")
         if host.startswith("[") and host.endswith("]"):
             host = host[1:-1]
         return cls(name.upper(), host, int(port))
@@ -128,10 +134,21 @@ class BrokerConfig:
         return key in self.props
 
     def get_int(self, key: str) -> int:
-        return int(self.get(key))
+        value = self.get(key)
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise ConfigException(f"Invalid value {value} for configuration {key}: Not a number of type "
+                                  f"INT or LONG") from None
 
     def get_bool(self, key: str) -> bool:
-        return self.get(key).strip().lower() == "true"
+        value = self.get(key).strip().lower()
+        if value == "":
+            return False
+        if value not in ("true", "false"):
+            raise ConfigException(f"Invalid value {self.get(key)} for configuration {key}: Expected value to be "
+                                  f"either true or false")
+        return value == "true"
 
     def get_list(self, key: str) -> list[str]:
         return [x.strip() for x in self.get(key).split(",") if x.strip()]

@@ -46,16 +46,40 @@ def _install_loop_policy() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
+class StartupError(Exception):
+    """The broker could not start; the message is the one line the operator sees."""
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line for a start-up failure: what failed and, for files, which one."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}"
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
 async def run_broker(config: BrokerConfig) -> None:
-    """Start a broker and run until SIGTERM/SIGINT."""
+    """Start a broker and run until SIGTERM/SIGINT. A failure to start raises :class:`StartupError` after
+    releasing what was taken (listeners, directory locks); nothing is flushed or marked clean then."""
     from kbroker.server.broker import Broker
 
-    broker = Broker(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await broker.start()
+    broker = None
+    try:
+        from kbroker.controller.config_def import validate_listeners, validate_server_config
+
+        for warning in validate_server_config(config.props):
+            logging.getLogger("kbroker.config").warning("%s", warning)
+        validate_listeners(config.props)
+        broker = Broker(config)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await broker.start()
+    except Exception as exc:
+        if broker is not None:
+            broker.abort_start()
+        raise StartupError(describe_failure(exc)) from exc
     print(f"kbroker started (kbroker node {broker.node_id}) listening on "
           + ", ".join(f"{k}:{v}" for k, v in broker.bound_ports.items()), file=sys.stderr, flush=True)
     await stop.wait()
@@ -68,12 +92,19 @@ def _setup_logging(level: str) -> None:
 
 
 def _start(config: BrokerConfig, log_level: str) -> int:
+    """Run the broker; a start-up failure is one ERROR line and exit code 1 (the traceback only at DEBUG)."""
     _setup_logging(log_level)
     _install_loop_policy()
+    log = logging.getLogger("kbroker")
     try:
         asyncio.run(run_broker(config))
-    except OSError as exc:
-        print(f"kbroker: cannot start: {exc}", file=sys.stderr)
+    except StartupError as exc:
+        log.debug("start-up failure", exc_info=exc.__cause__)
+        log.error("kbroker cannot start: %s", exc)
+        return 1
+    except Exception as exc:  # a failure after start-up: still one line, the traceback at DEBUG
+        log.debug("fatal error", exc_info=exc)
+        log.error("kbroker stopped on a fatal error: %s", describe_failure(exc))
         return 1
     return 0
 
@@ -88,8 +119,8 @@ def server_start(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         config = BrokerConfig.from_file(args.config, _parse_overrides(args.override))
-    except FileNotFoundError:
-        print(f"kbroker-server-start: no such file: {args.config}", file=sys.stderr)
+    except OSError as exc:
+        print(f"kbroker-server-start: cannot read {args.config}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     return _start(config, args.log_level)
 

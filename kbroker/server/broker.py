@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+class ListenerBindError(Exception):
+    """A listener's address cannot be bound (in use, not an address of this machine, no permission)."""
+
+
 CONFIG_RESOURCE_TOPIC = 2
 CONFIG_RESOURCE_BROKER = 4
 
@@ -59,6 +63,9 @@ class Broker:
         self.bound_ports: dict[str, int] = {}
         self.log_cleaner: Any = None
         self.metrics: Any = None  # kbroker.server.metrics.BrokerMetrics when metrics.port is set
+        from kbroker.storage.dir_lock import DirectoryLocks
+
+        self.dir_locks = DirectoryLocks()
 
     # ---- configuration helpers ----
     def topic_defaults(self) -> dict[str, str]:
@@ -122,6 +129,8 @@ class Broker:
 
     # ---- lifecycle ----
     async def start(self) -> None:
+        # One process per data directory (Kafka's .lock): taken before anything is written or formatted.
+        self.dir_locks.acquire([*self.config.log_dirs, self.config.metadata_log_dir])
         self.controller.startup()
         await asyncio.to_thread(self.log_manager.startup)
         self.replica_manager.apply_image(self.controller.image)
@@ -136,9 +145,14 @@ class Broker:
             if lst.name in controller_names and "broker" in self.config.process_roles:
                 # a combined node answers the controller listener too (Raft RPCs come with the quorum issue)
                 pass
-            server = await loop.create_server(
-                lambda name=lst.name: KafkaConnection(self, name), host=lst.host or None, port=lst.port,
-                reuse_address=True, backlog=1024)
+            try:
+                server = await loop.create_server(
+                    lambda name=lst.name: KafkaConnection(self, name), host=lst.host or None, port=lst.port,
+                    reuse_address=True, backlog=1024)
+            except OSError as exc:
+                reason = (exc.strerror or str(exc)).rsplit(": ", 1)[-1].lower()
+                raise ListenerBindError(f"listener {lst.name} cannot bind {lst.host or '0.0.0.0'}:{lst.port}: "
+                                        f"{reason}") from None
             self.servers.append(server)
             sock = server.sockets[0]
             self.bound_ports[lst.name] = sock.getsockname()[1]
@@ -214,6 +228,15 @@ class Broker:
                     cleaner.discard(task)
                 await asyncio.sleep(max(cleaner.config.backoff_ms, 10) / 1000)
 
+    def abort_start(self) -> None:
+        """Undo a start that failed: close listeners and give the directory locks back. Nothing is flushed or
+        checkpointed, so the next start recovers as after a crash."""
+        for server in self.servers:
+            server.close()
+        for task in self._tasks:
+            task.cancel()
+        self.dir_locks.release()
+
     async def stop(self) -> None:
         for server in self.servers:
             server.close()
@@ -232,5 +255,6 @@ class Broker:
         self.group_coordinator.shutdown()
         self.log_manager.shutdown()
         self.controller.shutdown()
+        self.dir_locks.release()
         self._stopped.set()
         log.info("stopped (kbroker node %d)", self.node_id)

@@ -1,0 +1,158 @@
+"""Start-up safety with real processes: one broker per data directory (the .lock), and every start-up failure
+is one ERROR line with exit code 1 and no traceback (issue: a newcomer's first hour)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kbroker.testing.plugin import free_port
+
+pytestmark = pytest.mark.timeout(120)
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_kbroker(tmp_path: Path, overrides: dict[str, str], *extra: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "kbroker.cli.main"]
+    for k, v in overrides.items():
+        cmd += ["--override", f"{k}={v}"]
+    cmd += list(extra)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def listener(port: int) -> dict[str, str]:
+    return {"listeners": f"PLAINTEXT://127.0.0.1:{port}", "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}"}
+
+
+def one_error_line(out: str) -> str:
+    assert "Traceback" not in out, out
+    errors = [line for line in out.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, out
+    return errors[0]
+
+
+def snapshot(d: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(d)): (p.stat().st_size, p.stat().st_mtime_ns) for p in d.rglob("*") if p.is_file()}
+
+
+def test_second_broker_on_the_same_directory_refuses_and_touches_nothing(kbroker_factory, tmp_path):
+    first = kbroker_factory()
+    data = first.log_dirs
+    before = snapshot(Path(data))
+    t0 = time.monotonic()
+    res = run_kbroker(tmp_path, {"log.dirs": str(data), **listener(free_port())})
+    assert res.returncode == 1
+    line = one_error_line(res.stderr)
+    assert f"Failed to acquire lock on file .lock in {Path(data).resolve()}" in line
+    assert "A Kafka instance in another process or thread is using this directory." in line
+    assert time.monotonic() - t0 < 30
+    assert snapshot(Path(data)) == before, "the refused broker changed files in the locked directory"
+    assert first.is_running()
+
+
+def test_lock_is_released_by_kill_9(kbroker_factory, tmp_path):
+    first = kbroker_factory()
+    data = first.log_dirs
+    os.kill(first.pid, signal.SIGKILL)
+    first.proc.wait(10)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "kbroker.cli.main", "--override", f"log.dirs={data}",
+                             "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+                             "--override", f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}"],
+                            cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 60
+        out = ""
+        while time.time() < deadline:
+            line = proc.stdout.readline()
+            out += line
+            if "kbroker started" in line or proc.poll() is not None:
+                break
+        assert "kbroker started" in out, out
+        assert (Path(data) / ".lock").exists()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    assert proc.returncode == 0
+
+
+def test_port_in_use_is_one_line(kbroker_factory, tmp_path):
+    first = kbroker_factory()
+    res = run_kbroker(tmp_path, {"log.dirs": str(tmp_path / "data"), **listener(first.port)})
+    assert res.returncode == 1
+    line = one_error_line(res.stderr)
+    assert f"listener PLAINTEXT cannot bind 127.0.0.1:{first.port}: address already in use" in line
+
+
+def test_bad_value_is_one_line(tmp_path):
+    res = run_kbroker(tmp_path, {"log.dirs": str(tmp_path / "data"), "num.partitions": "three",
+                                 **listener(free_port())})
+    assert res.returncode == 1
+    line = one_error_line(res.stderr)
+    assert "three" in line and "num.partitions" in line
+
+
+def test_data_directory_that_cannot_be_created_is_one_line(tmp_path):
+    (tmp_path / "afile").write_text("not a directory")
+    res = run_kbroker(tmp_path, {"log.dirs": str(tmp_path / "afile" / "data"), **listener(free_port())})
+    assert res.returncode == 1
+    line = one_error_line(res.stderr)
+    assert "Not a directory" in line and "afile" in line
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a read-only tmpfs needs root")
+def test_read_only_data_directory_is_one_line(tmp_path):
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mnt)], check=True)
+    try:
+        res = run_kbroker(tmp_path, {"log.dirs": str(mnt), **listener(free_port())})
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+    assert res.returncode == 1
+    line = one_error_line(res.stderr)
+    assert "Read-only file system" in line
+
+
+def test_traceback_only_at_debug(tmp_path):
+    res = run_kbroker(tmp_path, {"log.dirs": str(tmp_path / "data"), "num.partitions": "three",
+                                 **listener(free_port())}, "--log-level", "DEBUG")
+    assert res.returncode == 1
+    assert "Traceback" in res.stderr
+
+
+def test_unknown_key_is_warned_and_the_broker_serves(kbroker_factory):
+    broker = kbroker_factory(overrides={"num.partitons": "3"})
+    log = broker.log_tail(400)
+    assert "WARNING kbroker.config: The configuration 'num.partitons' was supplied but isn't a known config." in log
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
+    assert md.brokers
+
+
+@pytest.mark.parametrize("listeners,protocol_map,proto", [
+    ("SSL://127.0.0.1:{port}", None, "SSL"),
+    ("SASL_PLAINTEXT://127.0.0.1:{port}", None, "SASL_PLAINTEXT"),
+    ("CLIENT://127.0.0.1:{port}", "CLIENT:SASL_SSL", "SASL_SSL"),
+])
+def test_security_listener_refused_until_implemented(tmp_path, listeners, protocol_map, proto):
+    port = free_port()
+    overrides = {"log.dirs": str(tmp_path / "data"), "listeners": listeners.format(port=port),
+                 "advertised.listeners": listeners.format(port=port),
+                 "ssl.keystore.location": str(tmp_path / "missing.jks")}
+    if protocol_map:
+        overrides["listener.security.protocol.map"] = protocol_map + ",CONTROLLER:PLAINTEXT"
+    res = run_kbroker(tmp_path, overrides)
+    assert res.returncode == 1
+    line = one_error_line(res.stderr)
+    assert f"uses security protocol {proto}, which this kbroker version does not support" in line
+    assert not (tmp_path / "data" / "meta.properties").exists(), "a refused start formatted the directory"

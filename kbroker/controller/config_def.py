@@ -1,0 +1,360 @@
+"""One definition of every configuration key kbroker understands, in the spirit of Kafka's ``ConfigDef``.
+
+Each :class:`ConfigDef` entry gives the key's name, type, default, valid values or range, importance, a
+one-line description, how it can change at run time (``read-only``: only in ``server.properties``;
+``per-broker`` / ``cluster-wide``: also through IncrementalAlterConfigs, as Kafka's dynamic broker configs) and
+whether kbroker acts on it (``used``; Kafka keys that kbroker accepts and ignores say so). Names, types and
+defaults are Kafka 4.x's; the descriptions are kbroker's own.
+
+Used for:
+
+* :func:`validate_server_config`: the start-up check. A bad value raises :class:`~kbroker.config.ConfigException`
+  whose one-line message names key, value and what is allowed; unknown keys come back as warnings (Kafka's
+  "was supplied but isn't a known config");
+* the topic keys' and dynamic broker keys' validation already in :mod:`kbroker.controller.topic_configs` and
+  :mod:`kbroker.controller.broker_configs` (the same :class:`TopicConfigKey` parser);
+* ``docs/configuration.md``, written by ``scripts/config_docs.py --write`` and checked by a test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from kbroker.config import BROKER_DEFAULTS, ConfigException
+from kbroker.controller.broker_configs import DYNAMIC_BROKER_CONFIGS
+from kbroker.controller.topic_configs import INT_MAX, LONG_MAX, TOPIC_CONFIG_KEYS, TopicConfigKey, parse_config_value
+from kbroker.protocol.errors import KafkaError
+
+HIGH, MEDIUM, LOW = "high", "medium", "low"
+READ_ONLY, PER_BROKER, CLUSTER_WIDE = "read-only", "per-broker", "cluster-wide"
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    key: TopicConfigKey
+    importance: str
+    doc: str
+    dynamic: str = READ_ONLY
+    used: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.key.name
+
+    def valid_values(self) -> str:
+        k = self.key
+        if k.choices:
+            return ", ".join(k.choices)
+        if k.lo is not None or k.hi is not None:
+            lo = "..." if k.lo is None else _fmt(k.lo)
+            hi = "..." if k.hi is None else _fmt(k.hi)
+            return f"[{lo}, {hi}]"
+        return ""
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+_L = str(LONG_MAX)
+_I = str(INT_MAX)
+
+# name, type, default, importance, doc, (lo, hi, choices), used
+_STATIC: list[tuple] = [
+    ("process.roles", "list", "broker,controller", HIGH,
+     "The roles of this node: broker, controller, or both (kbroker runs the combined node).", None, True),
+    ("node.id", "int", "1", HIGH, "The id of this node in the cluster.", (0, None, None), True),
+    ("broker.id", "int", "-1", LOW, "Kafka's older name for node.id; kbroker reads node.id.", (-1, None, None), False),
+    ("cluster.id", "string", "", MEDIUM, "The cluster id to format a new data directory with (else a random one).",
+     None, True),
+    ("controller.quorum.voters", "list", "", HIGH, "The static voters of the metadata quorum (id@host:port,...).",
+     None, False),
+    ("controller.quorum.bootstrap.servers", "list", "", HIGH,
+     "Controllers to contact first when the quorum is dynamic (KIP-853).", None, False),
+    ("controller.listener.names", "list", "CONTROLLER", HIGH, "The listeners that serve the controller quorum.",
+     None, True),
+    ("listeners", "list", "PLAINTEXT://localhost:9092", HIGH,
+     "The listeners to bind, as NAME://host:port; an empty host binds every interface.", None, True),
+    ("advertised.listeners", "list", "", HIGH,
+     "The addresses clients are told to use, per listener name (default: the listeners).", None, True),
+    ("listener.security.protocol.map", "list",
+     "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL", MEDIUM,
+     "The security protocol of each listener name (kbroker serves PLAINTEXT only).", None, True),
+    ("inter.broker.listener.name", "string", "PLAINTEXT", MEDIUM, "The listener other brokers use.", None, False),
+    ("broker.rack", "string", "", MEDIUM, "The rack of this broker, for rack-aware replica placement.", None, True),
+    ("log.dirs", "list", "", HIGH, "The directories that hold partition logs (comma-separated).", None, True),
+    ("log.dir", "string", "/tmp/kafka-logs", HIGH, "The log directory when log.dirs is not set.", None, True),
+    ("metadata.log.dir", "string", "", HIGH,
+     "The directory of the metadata log (__cluster_metadata); default: the first log directory.", None, True),
+    ("metadata.log.segment.bytes", "int", "1073741824", LOW, "Segment size of the metadata log.", (12, None, None),
+     True),
+    ("metadata.log.segment.ms", "long", "604800000", LOW, "Age after which the metadata log rolls a segment.",
+     (1, None, None), True),
+    ("metadata.max.retention.bytes", "long", "104857600", LOW, "Size of metadata log kept before snapshots.",
+     None, False),
+    ("metadata.max.retention.ms", "long", "604800000", LOW, "Age of metadata log kept before snapshots.", None,
+     False),
+    ("num.partitions", "int", "1", MEDIUM, "Partitions of an auto-created topic or one created without a count.",
+     (1, None, None), True),
+    ("default.replication.factor", "int", "1", MEDIUM, "Replication factor of topics created without one.",
+     (1, None, None), True),
+    ("auto.create.topics.enable", "boolean", "true", HIGH,
+     "Create a topic when a client asks for its metadata or produces to it.", None, True),
+    ("delete.topic.enable", "boolean", "true", HIGH, "Allow DeleteTopics.", None, True),
+    ("auto.leader.rebalance.enable", "boolean", "true", HIGH, "Move leadership back to preferred replicas.", None,
+     False),
+    ("socket.request.max.bytes", "int", "104857600", HIGH,
+     "The largest request frame accepted; a larger one closes the connection.", (1, None, None), True),
+    ("socket.send.buffer.bytes", "int", "102400", HIGH, "SO_SNDBUF of client sockets (-1: the OS default).", None,
+     False),
+    ("socket.receive.buffer.bytes", "int", "102400", HIGH, "SO_RCVBUF of client sockets (-1: the OS default).",
+     None, False),
+    ("replica.fetch.max.bytes", "int", "1048576", MEDIUM, "Bytes a follower fetches per partition.",
+     (0, None, None), False),
+    ("fetch.max.bytes", "int", "57671680", MEDIUM, "The most bytes one Fetch response may hold.", (1024, None, None),
+     False),
+    ("log.retention.check.interval.ms", "long", "300000", MEDIUM, "How often retention is applied.",
+     (1, None, None), True),
+    ("log.flush.offset.checkpoint.interval.ms", "int", "60000", HIGH,
+     "How often the recovery-point checkpoint is written.", (0, None, None), True),
+    ("log.cleaner.enable", "boolean", "true", MEDIUM, "Run the log cleaner (compaction).", None, True),
+    ("log.cleaner.io.buffer.size.per.thread", "int", "524288", LOW, "Kafka's older cleaner buffer key.", None,
+     False),
+    ("offsets.topic.num.partitions", "int", "50", HIGH, "Partitions of __consumer_offsets.", (1, None, None), True),
+    ("offsets.topic.replication.factor", "short", "3", HIGH,
+     "Replication factor of __consumer_offsets (capped at the live brokers).", (1, None, None), True),
+    ("offsets.topic.segment.bytes", "int", "104857600", HIGH, "Segment size of __consumer_offsets.",
+     (1, None, None), True),
+    ("offsets.retention.minutes", "int", "10080", HIGH, "How long committed offsets of an empty group are kept.",
+     (1, None, None), True),
+    ("offsets.retention.check.interval.ms", "long", "600000", HIGH, "How often expired offsets are removed.",
+     (1, None, None), True),
+    ("offsets.load.buffer.size", "int", "5242880", HIGH, "Read size when loading __consumer_offsets.",
+     (1, None, None), True),
+    ("offset.metadata.max.bytes", "int", "4096", HIGH, "The largest metadata string of a committed offset.",
+     None, True),
+    ("group.initial.rebalance.delay.ms", "int", "3000", MEDIUM,
+     "How long a new classic group waits for more members before its first rebalance.", (0, None, None), True),
+    ("group.min.session.timeout.ms", "int", "6000", MEDIUM, "The smallest session timeout a member may ask for.",
+     None, True),
+    ("group.max.session.timeout.ms", "int", "1800000", MEDIUM, "The largest session timeout a member may ask for.",
+     None, True),
+    ("group.max.size", "int", _I, MEDIUM, "The most members a classic group may have.", (1, None, None), True),
+    ("group.consumer.assignors", "list",
+     "org.apache.kafka.coordinator.group.assignor.UniformAssignor,"
+     "org.apache.kafka.coordinator.group.assignor.RangeAssignor", MEDIUM,
+     "Server-side assignors of consumer groups (KIP-848), the first is the default.", None, True),
+    ("group.consumer.session.timeout.ms", "int", "45000", MEDIUM, "Session timeout of KIP-848 consumer members.",
+     (1, None, None), True),
+    ("group.consumer.heartbeat.interval.ms", "int", "5000", MEDIUM,
+     "Heartbeat interval of KIP-848 consumer members.", (1, None, None), True),
+    ("group.consumer.max.size", "int", _I, MEDIUM, "The most members a consumer group may have.", (1, None, None),
+     True),
+    ("transaction.state.log.num.partitions", "int", "50", HIGH, "Partitions of __transaction_state.",
+     (1, None, None), True),
+    ("transaction.state.log.replication.factor", "short", "3", HIGH, "Replication factor of __transaction_state.",
+     (1, None, None), True),
+    ("transaction.state.log.min.isr", "int", "2", HIGH, "min.insync.replicas of __transaction_state.",
+     (1, None, None), True),
+    ("transaction.state.log.segment.bytes", "int", "104857600", HIGH, "Segment size of __transaction_state.",
+     (1, None, None), True),
+    ("transaction.max.timeout.ms", "int", "900000", HIGH, "The longest transaction timeout a producer may ask for.",
+     (1, None, None), True),
+    ("transactional.id.expiration.ms", "int", "604800000", HIGH,
+     "How long an idle transactional id is kept.", (1, None, None), True),
+    ("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", "10000", LOW,
+     "How often timed-out transactions are aborted.", (1, None, None), True),
+    ("transaction.remove.expired.transaction.cleanup.interval.ms", "int", "3600000", LOW,
+     "How often expired transactional ids are removed.", (1, None, None), True),
+    ("producer.id.expiration.check.interval.ms", "int", "600000", LOW,
+     "How often idle producer ids are expired.", (1, None, None), True),
+    ("remote.log.storage.system.enable", "boolean", "false", MEDIUM,
+     "Tiered storage (not implemented: topics cannot enable it).", None, True),
+    ("unclean.leader.election.enable", "boolean", "false", HIGH,
+     "Elect an out-of-sync replica when no in-sync one is left.", None, False),
+    ("metrics.port", "int", "", LOW,
+     "Port of the Prometheus metrics endpoint (kbroker's own key; unset: no endpoint).", (0, 65535, None), True),
+    ("metrics.host", "string", "", LOW,
+     "Address the metrics endpoint binds (kbroker's own key; default: the first listener's host).", None, True),
+]
+
+_DYNAMIC_DOCS: dict[str, tuple[str, str, bool]] = {
+    "log.segment.bytes": (HIGH, "Default segment size of topic logs (topic key segment.bytes).", True),
+    "log.roll.ms": (HIGH, "Default age at which a segment rolls, ms (segment.ms); wins over log.roll.hours.", True),
+    "log.roll.hours": (HIGH, "Default age at which a segment rolls, hours.", True),
+    "log.roll.jitter.ms": (HIGH, "Random jitter subtracted from the roll time, ms.", False),
+    "log.roll.jitter.hours": (HIGH, "Random jitter subtracted from the roll time, hours.", False),
+    "log.index.size.max.bytes": (MEDIUM, "Default offset index size limit (segment.index.bytes).", True),
+    "log.index.interval.bytes": (MEDIUM, "Bytes between offset index entries (index.interval.bytes).", True),
+    "log.flush.interval.messages": (HIGH, "Messages appended before a log is fsynced (flush.messages).", True),
+    "log.flush.interval.ms": (HIGH, "Age of unflushed data before a log is fsynced (flush.ms).", True),
+    "log.flush.scheduler.interval.ms": (HIGH, "How often logs are checked for a time-based flush.", True),
+    "log.retention.bytes": (HIGH, "Default size a partition keeps before deleting old segments (-1: no limit).",
+                            True),
+    "log.retention.ms": (HIGH, "Default time data is kept, ms (retention.ms); wins over minutes and hours.", True),
+    "log.retention.minutes": (HIGH, "Default time data is kept, minutes; wins over hours.", True),
+    "log.retention.hours": (HIGH, "Default time data is kept, hours.", True),
+    "log.segment.delete.delay.ms": (HIGH, "Delay before a deleted segment's files are removed.", True),
+    "log.cleanup.policy": (MEDIUM, "Default cleanup policy: delete, compact or both.", True),
+    "log.cleaner.delete.retention.ms": (MEDIUM, "How long tombstones are kept by compaction.", True),
+    "log.cleaner.min.compaction.lag.ms": (MEDIUM, "The youngest a record may be to be compacted.", True),
+    "log.cleaner.max.compaction.lag.ms": (MEDIUM, "The oldest a record may be before compaction is forced.", True),
+    "log.cleaner.min.cleanable.ratio": (MEDIUM, "Dirty ratio above which a log is compacted.", True),
+    "log.message.timestamp.type": (MEDIUM, "Default timestamp type: CreateTime or LogAppendTime.", True),
+    "log.message.timestamp.before.max.ms": (MEDIUM, "How far in the past a record's timestamp may be.", True),
+    "log.message.timestamp.after.max.ms": (MEDIUM, "How far in the future a record's timestamp may be.", True),
+    "log.preallocate": (MEDIUM, "Preallocate segment files (ignored by kbroker).", False),
+    "log.local.retention.ms": (MEDIUM, "Local retention with tiered storage (no tiered storage in kbroker).", False),
+    "log.local.retention.bytes": (MEDIUM, "Local retention with tiered storage (no tiered storage in kbroker).",
+                                  False),
+    "message.max.bytes": (HIGH, "The largest record batch a topic accepts by default (max.message.bytes).", True),
+    "min.insync.replicas": (HIGH, "In-sync replicas an acks=all write needs (min.insync.replicas).", True),
+    "unclean.leader.election.enable": (HIGH, "Elect an out-of-sync replica when no in-sync one is left.", False),
+    "compression.type": (HIGH, "Default compression of stored batches; producer keeps the producer's.", True),
+    "compression.gzip.level": (MEDIUM, "gzip level when the broker compresses.", True),
+    "compression.lz4.level": (MEDIUM, "lz4 level when the broker compresses.", True),
+    "compression.zstd.level": (MEDIUM, "zstd level when the broker compresses.", True),
+    "log.cleaner.threads": (MEDIUM, "Cleaner threads (kbroker cleans on one background task).", True),
+    "log.cleaner.backoff.ms": (MEDIUM, "Sleep of the cleaner when there is nothing to clean.", True),
+    "log.cleaner.dedupe.buffer.size": (MEDIUM, "Memory for the cleaner's key map.", True),
+    "log.cleaner.io.buffer.size": (MEDIUM, "Cleaner read/write buffer size.", True),
+    "log.cleaner.io.buffer.load.factor": (MEDIUM, "Load factor of the cleaner's key map.", False),
+    "log.cleaner.io.max.bytes.per.second": (MEDIUM, "Cleaner I/O throttle.", False),
+    "num.io.threads": (HIGH, "Request handler threads (kbroker: one event loop; stored, no effect).", False),
+    "num.network.threads": (HIGH, "Network threads (kbroker: one event loop; stored, no effect).", False),
+    "num.replica.fetchers": (HIGH, "Replica fetcher threads per source broker.", False),
+    "num.recovery.threads.per.data.dir": (HIGH, "Threads that recover logs at start-up.", False),
+    "background.threads": (HIGH, "Background task threads.", False),
+    "max.connections": (MEDIUM, "The most connections the broker accepts.", False),
+    "max.connections.per.ip": (MEDIUM, "The most connections from one address.", False),
+    "max.connection.creation.rate": (MEDIUM, "New connections per second the broker accepts.", False),
+    "producer.id.expiration.ms": (LOW, "How long an idle producer id is kept in a partition.", True),
+    "transaction.partition.verification.enable": (LOW, "Verify the partitions of a transaction before appends.",
+                                                  True),
+}
+
+_CLUSTER_WIDE_ONLY: frozenset[str] = frozenset()
+
+
+def _build() -> dict[str, ConfigDef]:
+    out: dict[str, ConfigDef] = {}
+    for name, typ, default, imp, doc, rng, used in _STATIC:
+        lo, hi, choices = rng or (None, None, None)
+        t = "int" if typ == "short" else typ
+        out[name] = ConfigDef(TopicConfigKey(name, t, default or None, lo=lo, hi=hi, choices=choices), imp, doc,
+                              READ_ONLY, used)
+    for name, key in DYNAMIC_BROKER_CONFIGS.items():
+        imp, doc, used = _DYNAMIC_DOCS.get(name, (MEDIUM, "", False))
+        out[name] = ConfigDef(key, imp, doc, PER_BROKER, used)
+    return dict(sorted(out.items()))
+
+
+BROKER_CONFIG_DEF: Mapping[str, ConfigDef] = _build()
+"""Every broker key kbroker knows -> its definition."""
+
+TOPIC_DOCS: dict[str, str] = {
+    "cleanup.policy": "delete (by time or size), compact (keep the last record of each key), or both.",
+    "compression.type": "Compression of stored batches; producer keeps what the producer sent.",
+    "compression.gzip.level": "gzip level when the broker compresses.",
+    "compression.lz4.level": "lz4 level when the broker compresses.",
+    "compression.zstd.level": "zstd level when the broker compresses.",
+    "delete.retention.ms": "How long tombstones survive compaction.",
+    "file.delete.delay.ms": "Delay before a deleted segment's files are removed.",
+    "flush.messages": "Messages appended before the log is fsynced.",
+    "flush.ms": "Age of unflushed data before the log is fsynced.",
+    "follower.replication.throttled.replicas": "Replicas throttled on the follower side.",
+    "index.interval.bytes": "Bytes between offset index entries.",
+    "leader.replication.throttled.replicas": "Replicas throttled on the leader side.",
+    "local.retention.bytes": "Local retention with tiered storage (no tiered storage in kbroker).",
+    "local.retention.ms": "Local retention with tiered storage (no tiered storage in kbroker).",
+    "max.compaction.lag.ms": "The oldest a record may be before compaction is forced.",
+    "max.message.bytes": "The largest record batch the topic accepts.",
+    "message.downconversion.enable": "Removed in Kafka 4.0; accepted and ignored.",
+    "message.timestamp.after.max.ms": "How far in the future a record's timestamp may be.",
+    "message.timestamp.before.max.ms": "How far in the past a record's timestamp may be.",
+    "message.timestamp.type": "CreateTime (the producer's) or LogAppendTime (the broker's).",
+    "min.cleanable.dirty.ratio": "Dirty ratio above which the log is compacted.",
+    "min.compaction.lag.ms": "The youngest a record may be to be compacted.",
+    "min.insync.replicas": "In-sync replicas an acks=all write needs.",
+    "preallocate": "Preallocate segment files (ignored by kbroker).",
+    "remote.log.copy.disable": "Tiered storage (not implemented).",
+    "remote.log.delete.on.disable": "Tiered storage (not implemented).",
+    "remote.storage.enable": "Tiered storage (not implemented: refused).",
+    "retention.bytes": "Size a partition keeps before old segments are deleted (-1: no limit).",
+    "retention.ms": "Time data is kept (-1: forever).",
+    "segment.bytes": "Segment file size.",
+    "segment.index.bytes": "Offset index size limit per segment.",
+    "segment.jitter.ms": "Random jitter subtracted from segment.ms.",
+    "segment.ms": "Age at which the active segment rolls.",
+    "unclean.leader.election.enable": "Elect an out-of-sync replica when no in-sync one is left.",
+}
+
+
+def validate_server_config(props: Mapping[str, str]) -> list[str]:
+    """Check ``server.properties`` (and ``--override``s) against the definitions.
+
+    Returns warning lines (unknown keys, known keys kbroker does not act on); raises
+    :class:`~kbroker.config.ConfigException` with one line for the first value that is not valid.
+    """
+    warnings: list[str] = []
+    for name in sorted(props):
+        raw = props[name]
+        d = BROKER_CONFIG_DEF.get(name)
+        if d is None:
+            if name in TOPIC_CONFIG_KEYS:
+                warnings.append(f"The configuration '{name}' is a topic config; set it per topic, or use its broker "
+                                f"name in server.properties.")
+            elif not _is_listener_prefixed(name):
+                warnings.append(f"The configuration '{name}' was supplied but isn't a known config.")
+            continue
+        if raw.strip() == "" and d.key.default is None:
+            continue  # unset optional key
+        try:
+            parse_config_value(d.key, raw)
+        except KafkaError as exc:
+            raise ConfigException(exc.message) from None
+        if not d.used and raw != (d.key.default or ""):
+            warnings.append(f"The configuration '{name}' is accepted but has no effect in kbroker.")
+    return warnings
+
+
+SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+
+
+def validate_listeners(props: Mapping[str, str]) -> None:
+    """Refuse a listener whose security protocol kbroker does not implement (SSL, SASL_PLAINTEXT, SASL_SSL):
+    serving it as plaintext would silently drop the security the operator asked for."""
+    get = lambda k: props.get(k, BROKER_DEFAULTS.get(k, ""))  # noqa: E731
+    mapping: dict[str, str] = {}
+    for item in get("listener.security.protocol.map").split(","):
+        name, sep, proto = item.strip().partition(":")
+        if sep:
+            mapping[name.strip().upper()] = proto.strip().upper()
+    for item in get("listeners").split(","):
+        if not item.strip():
+            continue
+        name = item.strip().partition("://")[0].strip().upper()
+        proto = mapping.get(name, name)
+        if proto not in SUPPORTED_SECURITY_PROTOCOLS:
+            raise ConfigException(
+                f"Listener {name} ({item.strip()}) uses security protocol {proto}, which this kbroker version does "
+                f"not support (PLAINTEXT only): remove the listener or map it to PLAINTEXT in "
+                f"listener.security.protocol.map")
+
+
+def _is_listener_prefixed(name: str) -> bool:
+    """``listener.name.<listener>.<key>`` keys (per-listener settings) are not checked here."""
+    return name.startswith("listener.name.")
+
+
+def check_defaults_agree() -> list[str]:
+    """Keys whose default here differs from :data:`kbroker.config.BROKER_DEFAULTS` (a test keeps this empty)."""
+    bad = []
+    for name, default in BROKER_DEFAULTS.items():
+        d = BROKER_CONFIG_DEF.get(name)
+        if d is None:
+            bad.append(f"{name}: not defined")
+        elif (d.key.default or "") != default:
+            bad.append(f"{name}: {d.key.default!r} here, {default!r} in BROKER_DEFAULTS")
+    return bad
