@@ -82,8 +82,13 @@ async def run_broker(config: BrokerConfig) -> None:
         raise StartupError(describe_failure(exc)) from exc
     print(f"kbroker started (kbroker node {broker.node_id}) listening on "
           + ", ".join(f"{k}:{v}" for k, v in broker.bound_ports.items()), file=sys.stderr, flush=True)
-    await stop.wait()
+    stopping = loop.create_task(stop.wait())
+    assert broker.fatal_error is not None
+    await asyncio.wait([stopping, broker.fatal_error], return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
     await broker.stop()
+    if broker.fatal_error.done():
+        raise RuntimeError(f"shutting down: {broker.fatal_error.result()}")
 
 
 def _setup_logging(level: str) -> None:

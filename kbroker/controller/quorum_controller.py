@@ -198,6 +198,8 @@ class QuorumController:
 
     def __init__(self, config: BrokerConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
+        #: set by the broker: an I/O error in the metadata log takes its directory offline (and the broker down)
+        self.failure_channel: Any = None
         self.clock = clock
         self.node_id = config.node_id
         self.metadata_dir = Path(config.metadata_log_dir)
@@ -357,7 +359,8 @@ class QuorumController:
         # Always recover from the start: the metadata log is small and every batch is CRC-checked, so a
         # torn tail left by a crash is truncated before replay.
         self._log = PartitionLog(self.partition_dir, self._metadata_log_config(), topic_id=METADATA_TOPIC_ID,
-                                 recovery_point=0, clean_shutdown=False, high_watermark=None)
+                                 recovery_point=0, clean_shutdown=False, high_watermark=None,
+                                 failure_channel=self.failure_channel)
 
     def _read_batches(self) -> Iterable[Any]:
         from kbroker.protocol.records import iter_batches

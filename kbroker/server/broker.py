@@ -66,6 +66,10 @@ class Broker:
         from kbroker.storage.dir_lock import DirectoryLocks
 
         self.dir_locks = DirectoryLocks()
+        #: set when the broker cannot go on (its metadata directory or every log directory failed)
+        self.fatal_error: asyncio.Future[str] | None = None
+        self.controller.failure_channel = self.log_manager.failure_channel
+        self.log_manager.failure_channel.add_listener(self._on_log_dir_failure)
 
     # ---- configuration helpers ----
     def topic_defaults(self) -> dict[str, str]:
@@ -128,7 +132,24 @@ class Broker:
         return None
 
     # ---- lifecycle ----
+    def _on_log_dir_failure(self, log_dir: Any, reason: str) -> None:
+        """A log directory went offline (maybe from a flush thread): the broker goes down when it was the
+        metadata directory or the last one online, as Kafka does."""
+        import os
+
+        metadata_dir = os.path.abspath(self.config.metadata_log_dir)
+        if str(log_dir) == metadata_dir:
+            why = f"the metadata log directory {log_dir} failed ({reason})"
+        elif not self.log_manager.online_log_dirs():
+            why = f"every log directory is offline (last: {log_dir}: {reason})"
+        else:
+            return
+        fut = self.fatal_error
+        if fut is not None and not fut.done():
+            fut.get_loop().call_soon_threadsafe(lambda: fut.done() or fut.set_result(why))
+
     async def start(self) -> None:
+        self.fatal_error = asyncio.get_running_loop().create_future()
         # One process per data directory (Kafka's .lock): taken before anything is written or formatted.
         self.dir_locks.acquire([*self.config.log_dirs, self.config.metadata_log_dir])
         self.controller.startup()

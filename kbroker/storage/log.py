@@ -18,6 +18,7 @@ in a worker thread: it works on a snapshot of the segment list.
 from __future__ import annotations
 
 import bisect
+import functools
 import logging
 import os
 import shutil
@@ -26,7 +27,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, TypeVar
 
 from kbroker.protocol.errors import CorruptRecordError, ErrorCode, KafkaError
 from kbroker.protocol.records import (
@@ -38,6 +39,7 @@ from kbroker.protocol.records import (
 from kbroker.protocol.send import FileRegion
 from kbroker.storage.config import LogConfig
 from kbroker.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from kbroker.storage.log_dir_failure import LogDirFailureChannel
 from kbroker.storage.log_validator import validate_for_append
 from kbroker.storage.producer_state import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
@@ -150,6 +152,32 @@ def write_partition_metadata(dir: Path, topic_id: bytes) -> None:
     write_atomically(Path(dir) / PARTITION_METADATA_FILE, f"version: 0\ntopic_id: {uuid_to_str(topic_id)}\n".encode())
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _io_guarded(what: str) -> Callable[[_F], _F]:
+    """Map an I/O error of a log operation to the log directory going offline (``KAFKA_STORAGE_ERROR``), and
+    refuse the operation at once when the directory is already offline. Without a failure channel (tools,
+    tests, the metadata log) the ``OSError`` propagates unchanged."""
+
+    def deco(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def wrapper(self: PartitionLog, *args: Any, **kwargs: Any) -> Any:
+            ch = self.failure_channel
+            if ch is None:
+                return fn(self, *args, **kwargs)
+            if ch.offline:
+                ch.check(self.log_dir, f"{what} of {self.topic}-{self.partition}")
+            try:
+                return fn(self, *args, **kwargs)
+            except OSError as exc:
+                raise ch.io_failed(self.log_dir, f"{what} of {self.topic}-{self.partition}", exc) from exc
+
+        return wrapper  # type: ignore[return-value]
+
+    return deco
+
+
 class PartitionLog:
     """The log of one partition replica.
 
@@ -165,6 +193,8 @@ class PartitionLog:
         log_start_offset: from ``log-start-offset-checkpoint``; never below the first segment's base offset.
         now_ms: wall clock for segment creation times and producer expiry at load (default: now).
         producer_id_expiration_ms: ``producer.id.expiration.ms`` for ``producer_state``.
+        failure_channel: where an I/O error takes this log's directory offline (appends, reads, flushes,
+            truncation and retention then raise ``KafkaError(KAFKA_STORAGE_ERROR)``); None: ``OSError`` propagates.
 
     ``producer_state`` (:class:`~kbroker.storage.producer_state.ProducerStateManager`) is rebuilt at load from
     the latest ``<offset>.snapshot`` at or below the log end offset plus the batch headers after it.
@@ -182,9 +212,12 @@ class PartitionLog:
         log_start_offset: int | None = None,
         now_ms: int | None = None,
         producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        failure_channel: LogDirFailureChannel | None = None,
     ) -> None:
         now = _now_ms() if now_ms is None else now_ms
+        self.failure_channel = failure_channel
         self.dir = Path(dir)
+        self.log_dir = self.dir.parent
         self.dir.mkdir(parents=True, exist_ok=True)
         self.topic, self.partition = parse_topic_partition(self.dir.name)
         self.config = config
@@ -402,6 +435,7 @@ class PartitionLog:
 
     # -- append -------------------------------------------------------------------------------------
 
+    @_io_guarded("append")
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int,
                          origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendInfo:
         """Append one or more validated batches, assigning offsets from the LEO.
@@ -488,6 +522,7 @@ class PartitionLog:
             valid_bytes=n,
         )
 
+    @_io_guarded("append")
     def append_as_follower(self, records: bytes | bytearray | memoryview, now_ms: int | None = None) -> AppendInfo:
         """Append batches that already carry offsets and leader epochs (replication / tests).
 
@@ -569,6 +604,7 @@ class PartitionLog:
         self._bases = [s.base_offset for s in self._segments]
         fsync_dir(self.dir)
 
+    @_io_guarded("roll")
     def roll(self, base_offset: int | None = None, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at ``base_offset`` (default LEO). An empty active segment is kept.
         The previous segment gets its final time index entry and is flushed by the next
@@ -593,6 +629,7 @@ class PartitionLog:
     def _segment_index_for(self, offset: int) -> int:
         return max(0, bisect.bisect_right(self._bases, offset) - 1)
 
+    @_io_guarded("read")
     def read(
         self, fetch_offset: int, max_bytes: int, upper_bound_offset: int | None = None, min_one_message: bool = True
     ) -> FetchDataInfo:
@@ -646,6 +683,7 @@ class PartitionLog:
 
     # -- timestamps ---------------------------------------------------------------------------------
 
+    @_io_guarded("read")
     def fetch_offset_by_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
         """ListOffsets lookup: ``(offset, timestamp, leader_epoch)`` or None.
 
@@ -677,6 +715,7 @@ class PartitionLog:
 
     # -- durability ---------------------------------------------------------------------------------
 
+    @_io_guarded("flush")
     def flush(self, up_to: int | None = None) -> None:
         """fsync every segment holding offsets in ``[recovery_point, up_to)`` (default: up to the LEO) and
         advance the recovery point to ``up_to``."""
@@ -690,6 +729,7 @@ class PartitionLog:
             self._pending_flush_to = None
         self._last_flush_ms = _now_ms()
 
+    @_io_guarded("flush")
     def maybe_flush_by_time(self, now_ms: int) -> bool:
         """Flush segments rolled since the last flush, and everything if ``flush.ms`` has elapsed with
         unflushed data. Returns True if something was flushed."""
@@ -704,6 +744,7 @@ class PartitionLog:
 
     # -- retention / truncation ---------------------------------------------------------------------
 
+    @_io_guarded("retention")
     def delete_retention(self, now_ms: int) -> int:
         """Delete old segments: those wholly below the log start offset, then (if ``cleanup.policy`` has
         ``delete``) those past ``retention.ms`` (by largest timestamp) and beyond ``retention.bytes``.
@@ -730,6 +771,7 @@ class PartitionLog:
                 deleted += self._delete_prefix(over_size, now_ms)
         return deleted
 
+    @_io_guarded("compaction")
     def replace_segments(self, old: list[LogSegment], cleaned: object, now_ms: int | None = None) -> LogSegment:
         """Swap a log-cleaner output in for ``old`` (consecutive closed segments of this log).
 
@@ -803,6 +845,7 @@ class PartitionLog:
         if self.recovery_point < self.log_start_offset:
             self.recovery_point = self.log_start_offset
 
+    @_io_guarded("delete records")
     def advance_log_start_offset(self, offset: int) -> None:
         """DeleteRecords: move the log start offset up to ``offset`` (<= HW); whole segments below it are
         removed by the next ``delete_retention``. Raises ``KafkaError(OFFSET_OUT_OF_RANGE)`` beyond the HW."""
@@ -811,6 +854,7 @@ class PartitionLog:
         if offset > self.log_start_offset:
             self._set_log_start_offset(offset)
 
+    @_io_guarded("segment deletion")
     def purge_deleted(self, now_ms: int, force: bool = False) -> int:
         """Close and unlink segments whose deletion delay has passed (all if ``force``). Returns the count."""
         keep: list[tuple[int, LogSegment]] = []
@@ -828,6 +872,7 @@ class PartitionLog:
     def pending_deletes(self) -> list[LogSegment]:
         return [s for _, s in self._pending_deletes]
 
+    @_io_guarded("truncation")
     def truncate_to(self, offset: int) -> bool:
         """Remove everything from ``offset`` on (a batch holding ``offset`` is removed whole, so the LEO may
         end up below ``offset``). Below the log start offset the log is emptied and restarted at ``offset``.
@@ -853,6 +898,7 @@ class PartitionLog:
         rebuild_producer_state(self.producer_state, self._segments, self.log_start_offset, self._leo, _now_ms())
         return True
 
+    @_io_guarded("truncation")
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete all data and restart the log empty at ``offset`` (LEO = HW = log start = ``offset``)."""
         self._check_open()
@@ -882,6 +928,18 @@ class PartitionLog:
         for seg in self._segments:
             seg.close()
         self.purge_deleted(0, force=True)
+        self._closed = True
+
+    def close_without_flush(self) -> None:
+        """Close the files without writing anything (the log's directory failed). Idempotent."""
+        if self._closed:
+            return
+        for seg in self._segments:
+            for closer in (seg.file.close, seg.offset_index.close, seg.time_index.close, seg.txn_index.close):
+                try:
+                    closer()
+                except OSError:
+                    pass
         self._closed = True
 
     @property

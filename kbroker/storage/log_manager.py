@@ -123,6 +123,10 @@ class LogManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producer_id_expiration_check_interval_ms = producer_id_expiration_check_interval_ms
         self._last_producer_expiration_check_ms: int | None = None
+        from kbroker.storage.log_dir_failure import LogDirFailureChannel
+
+        #: log dirs that failed (I/O errors); their partitions answer KAFKA_STORAGE_ERROR
+        self.failure_channel = LogDirFailureChannel()
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -174,6 +178,7 @@ class LogManager:
                     log_start_offset=start_offsets.get(tp),
                     now_ms=now_ms,
                     producer_id_expiration_ms=self.producer_id_expiration_ms,
+                    failure_channel=self.failure_channel,
                 )
                 self._logs[tp] = plog
                 self._log_dir_of[tp] = root
@@ -183,12 +188,30 @@ class LogManager:
         self.checkpoint()
 
     def shutdown(self) -> None:
-        """Flush and close every log, write the checkpoints, then the clean-shutdown marker in each dir."""
-        for plog in self._logs.values():
-            plog.close()
+        """Flush and close every log, write the checkpoints, then the clean-shutdown marker in each dir.
+
+        An offline directory (or one that fails now) gets no checkpoint and no marker: the next start recovers
+        it as after a crash."""
+        ch = self.failure_channel
+        for tp, plog in self._logs.items():
+            root = self._log_dir_of.get(tp)
+            try:
+                if root is not None and ch.is_offline(root):
+                    plog.close_without_flush()
+                else:
+                    plog.close()
+            except OSError as exc:
+                if root is not None:
+                    ch.mark_offline(root, f"closing {tp[0]}-{tp[1]} failed: {exc.strerror or exc}")
+                plog.close_without_flush()
         self.checkpoint()
         for root in self.log_dirs:
-            write_atomically(root / CLEAN_SHUTDOWN_FILE, b"")
+            if ch.is_offline(root):
+                continue
+            try:
+                write_atomically(root / CLEAN_SHUTDOWN_FILE, b"")
+            except OSError as exc:
+                ch.mark_offline(root, f"writing the clean-shutdown marker failed: {exc.strerror or exc}")
         self._started = False
 
     # -- lookup / create / delete -------------------------------------------------------------------
@@ -202,11 +225,18 @@ class LogManager:
     def log_dir_of(self, topic: str, partition: int) -> Path | None:
         return self._log_dir_of.get((topic, partition))
 
+    def online_log_dirs(self) -> list[Path]:
+        return [d for d in self.log_dirs if not self.failure_channel.is_offline(d)]
+
     def _pick_log_dir(self) -> Path:
-        counts = {d: 0 for d in self.log_dirs}
+        online = self.online_log_dirs()
+        if not online:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "every log directory is offline")
+        counts = {d: 0 for d in online}
         for d in self._log_dir_of.values():
-            counts[d] = counts.get(d, 0) + 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+            if d in counts:
+                counts[d] += 1
+        return min(online, key=lambda d: counts[d])
 
     def get_or_create_log(
         self, topic: str, partition: int, topic_id: bytes | None = None, config: LogConfig | None = None
@@ -227,13 +257,17 @@ class LogManager:
                 plog.update_config(config)
             return plog
         root = self._pick_log_dir()
-        plog = PartitionLog(
-            root / partition_dir_name(topic, partition),
-            config or self.default_config,
-            topic_id=topic_id,
-            clean_shutdown=True,
-            producer_id_expiration_ms=self.producer_id_expiration_ms,
-        )
+        try:
+            plog = PartitionLog(
+                root / partition_dir_name(topic, partition),
+                config or self.default_config,
+                topic_id=topic_id,
+                clean_shutdown=True,
+                producer_id_expiration_ms=self.producer_id_expiration_ms,
+                failure_channel=self.failure_channel,
+            )
+        except OSError as exc:
+            raise self.failure_channel.io_failed(root, f"creating the log of {topic}-{partition}", exc) from exc
         self._logs[tp] = plog
         self._log_dir_of[tp] = root
         return plog
@@ -260,6 +294,8 @@ class LogManager:
         """Write recovery points, high watermarks and log start offsets of every log to the checkpoint files
         of its log dir."""
         for root in self.log_dirs:
+            if self.failure_channel.is_offline(root):
+                continue
             rps: dict[TopicPartition, int] = {}
             hws: dict[TopicPartition, int] = {}
             starts: dict[TopicPartition, int] = {}
@@ -269,17 +305,25 @@ class LogManager:
                 rps[tp] = plog.recovery_point
                 hws[tp] = plog.high_watermark
                 starts[tp] = plog.log_start_offset
-            root.mkdir(parents=True, exist_ok=True)
-            OffsetCheckpointFile(root / RECOVERY_POINT_CHECKPOINT).write(rps)
-            OffsetCheckpointFile(root / REPLICATION_OFFSET_CHECKPOINT).write(hws)
-            OffsetCheckpointFile(root / LOG_START_OFFSET_CHECKPOINT).write(starts)
+            try:
+                root.mkdir(parents=True, exist_ok=True)
+                OffsetCheckpointFile(root / RECOVERY_POINT_CHECKPOINT).write(rps)
+                OffsetCheckpointFile(root / REPLICATION_OFFSET_CHECKPOINT).write(hws)
+                OffsetCheckpointFile(root / LOG_START_OFFSET_CHECKPOINT).write(starts)
+            except OSError as exc:
+                self.failure_channel.mark_offline(root, f"writing checkpoints failed: {exc.strerror or exc}")
 
     def flush_dirty(self, now_ms: int) -> int:
         """``maybe_flush_by_time`` on every log (rolled segments and ``flush.ms``). Returns logs flushed."""
         flushed = 0
         for plog in list(self._logs.values()):
-            if not plog.closed and plog.maybe_flush_by_time(now_ms):
-                flushed += 1
+            if plog.closed or self.failure_channel.is_offline(plog.log_dir):
+                continue
+            try:
+                if plog.maybe_flush_by_time(now_ms):
+                    flushed += 1
+            except KafkaError:
+                pass  # the directory went offline (logged by the failure channel)
         return flushed
 
     def cleanup(self, now_ms: int) -> int:
@@ -288,10 +332,14 @@ class LogManager:
         retention."""
         deleted = 0
         for plog in list(self._logs.values()):
-            if plog.closed:
+            if plog.closed or self.failure_channel.is_offline(plog.log_dir):
                 continue
-            deleted += plog.delete_retention(now_ms)
-            plog.purge_deleted(now_ms)
+            try:
+                deleted += plog.delete_retention(now_ms)
+                plog.purge_deleted(now_ms)
+            except KafkaError as exc:
+                if exc.code != ErrorCode.KAFKA_STORAGE_ERROR:
+                    raise
         last = self._last_producer_expiration_check_ms
         if last is None or now_ms - last >= self.producer_id_expiration_check_interval_ms:
             self.remove_expired_producers(now_ms)

@@ -117,6 +117,8 @@ class LogSegment:
         self.bytes_since_last_index_entry = 0
         self._dirty = False
         self.deleted = False
+        #: a failed write left bytes past ``size`` that could not be cut off (only recovery may touch it now)
+        self.tail_damaged = False
 
     # -- construction -------------------------------------------------------------------------------
 
@@ -316,11 +318,21 @@ class LogSegment:
         start = self.size
         f = self.file
         view = mv
-        while view:
-            written = f.write(view)
-            if written is None:
-                raise OSError("non-blocking write on a segment file")
-            view = view[written:]
+        try:
+            while view:
+                written = f.write(view)
+                if written is None:
+                    raise OSError("non-blocking write on a segment file")
+                view = view[written:]
+        except OSError:
+            # A short write (disk full, I/O error) must leave no partial batch behind: cut the file back to the
+            # size this segment knows, so that nothing later lands at another position than recorded.
+            self._dirty = True
+            try:
+                os.ftruncate(f.fileno(), start)
+            except OSError:
+                self.tail_damaged = True  # recovery cuts it at the next start; the directory goes offline now
+            raise
         self._dirty = True
         if start == 0:
             first_max = BATCH_HEADER.unpack_from(mv, 0)[8]

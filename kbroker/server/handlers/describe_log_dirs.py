@@ -3,8 +3,9 @@
 Behavior: one result per ``log.dirs`` entry (absolute path) with the partitions stored there: size in bytes
 of their live segments, ``OffsetLag`` 0 (a leader's log end offset is never behind its high watermark) and
 ``IsFutureKey`` false (kbroker does not move replicas between directories). ``Topics`` null lists every
-partition; otherwise only the named partitions found in a directory. A directory that cannot be read gets
-KAFKA_STORAGE_ERROR.
+partition; otherwise only the named partitions found in a directory. A directory that is offline (an I/O
+error took it down, see ``kbroker.storage.log_dir_failure``) or cannot be read gets KAFKA_STORAGE_ERROR and
+no partitions, as Kafka reports an offline log dir.
 Version notes: v2 flexible; v3 top-level ErrorCode; v4 TotalBytes/UsableBytes (from the file system);
 v5 IsCordoned (always false).
 """
@@ -40,6 +41,10 @@ async def handle(ctx, request: DescribeLogDirsRequest) -> R:
     for root in lm.log_dirs:
         path = os.path.abspath(root)
         result = R.DescribeLogDirsResult(log_dir=path)
+        if lm.failure_channel.is_offline(path):
+            result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+            resp.results.append(result)
+            continue
         try:
             usage = shutil.disk_usage(path)
             result.total_bytes, result.usable_bytes = usage.total, usage.free
