@@ -156,3 +156,90 @@ def test_security_listener_refused_until_implemented(tmp_path, listeners, protoc
     line = one_error_line(res.stderr)
     assert f"uses security protocol {proto}, which this kbroker version does not support" in line
     assert not (tmp_path / "data" / "meta.properties").exists(), "a refused start formatted the directory"
+
+
+def test_stray_partition_directories_are_renamed_not_served(kbroker_factory):
+    import shutil as _shutil
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    broker = kbroker_factory()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("real", 2, 1)])["real"].result(30)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    p.produce("real", b"kept", partition=0)
+    p.flush(20)
+    assert broker.stop() == 0
+    logs = Path(broker.log_dirs)
+    _shutil.copytree(logs / "real-0", logs / "ghost-0")   # a copied-in directory of a topic that does not exist
+    _shutil.copytree(logs / "real-1", logs / "real-7")    # a partition the topic does not have
+    broker.start()
+    names = sorted(p.name for p in logs.iterdir() if p.is_dir())
+    strays = [n for n in names if n.endswith("-stray")]
+    assert len(strays) == 2 and any(n.startswith("ghost-0.") for n in strays) and \
+        any(n.startswith("real-7.") for n in strays), names
+    assert "ghost-0" not in names and "real-7" not in names
+    log = broker.log_tail(400)
+    assert "Found stray partition directory" in log and "ghost-0" in log
+    md = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
+    assert "ghost" not in md.topics and sorted(md.topics["real"].partitions) == [0, 1]
+    # a restart leaves the stray directories alone
+    assert broker.stop() == 0
+    broker.start()
+    assert sorted(p.name for p in logs.iterdir() if p.name.endswith("-stray")) == strays
+
+
+def test_cluster_metadata_is_not_a_user_topic(kbroker_factory):
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    broker = kbroker_factory()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    with pytest.raises(KafkaException) as e:
+        admin.create_topics([NewTopic("__cluster_metadata", 1, 1)])["__cluster_metadata"].result(30)
+    err = e.value.args[0]
+    assert err.name() == "INVALID_REQUEST"
+    assert "Creation of internal topic __cluster_metadata is prohibited." in err.str()
+    # metadata with auto-creation does not create it either
+    from kbroker.cli._wire import Connection, split_hostport
+    from kbroker.protocol.messages import DeleteTopicsRequest, MetadataRequest
+
+    host, port = split_hostport(broker.bootstrap)
+    conn = Connection(host, port, 10.0, "reserved-name-test")
+    try:
+        md = conn.send(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="__cluster_metadata")],
+                                       allow_auto_topic_creation=True), 12)
+        assert md.topics[0].error_code != 0
+        deleted = conn.send(DeleteTopicsRequest(topic_names=["__cluster_metadata"], timeout_ms=5000), 4)
+        assert deleted.responses[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION: it is no topic
+    finally:
+        conn.close()
+    assert "__cluster_metadata" not in admin.list_topics(timeout=10).topics
+
+
+def test_missing_meta_properties_next_to_data_refuses(kbroker_factory, tmp_path):
+    broker = kbroker_factory()
+    assert broker.stop() == 0
+    meta = Path(broker.log_dirs) / "meta.properties"
+    saved = meta.read_text()
+    meta.unlink()
+    res = run_kbroker(tmp_path, {"log.dirs": str(broker.log_dirs), **listener(free_port())})
+    assert res.returncode == 1
+    line = one_error_line(res.stderr)
+    assert "meta.properties is missing, but" in line and "holds data" in line
+    assert not meta.exists(), "meta.properties was re-created with a new cluster id"
+    meta.write_text(saved)
+    broker.start()
+    assert broker.is_running()
+
+
+def test_damaged_meta_properties_refuses(kbroker_factory, tmp_path):
+    broker = kbroker_factory()
+    assert broker.stop() == 0
+    meta = Path(broker.log_dirs) / "meta.properties"
+    meta.write_bytes(b"\xff\xfe\x00garbage\x80")
+    res = run_kbroker(tmp_path, {"log.dirs": str(broker.log_dirs), **listener(free_port())})
+    assert res.returncode == 1
+    line = one_error_line(res.stderr)
+    assert "meta.properties cannot be read" in line

@@ -172,6 +172,10 @@ class DeleteTopicResult:
 MetadataListener = Callable[[MetadataImage, MetadataImage, MetadataChanges], None]
 
 
+METADATA_TOPIC_NAME = "__cluster_metadata"
+"""The metadata log's topic: never a user topic (not created, not auto-created, not deleted)."""
+
+
 def validate_topic_name(name: str) -> str | None:
     """Kafka's topic name rules; returns the reason the name is illegal, or None."""
     if not name:
@@ -286,7 +290,19 @@ class QuorumController:
         for d in dirs:
             p = d / META_PROPERTIES
             if p.exists():
-                found[d] = parse_properties(p.read_text())
+                try:
+                    found[d] = parse_properties(p.read_text(encoding="utf-8"))
+                except (UnicodeDecodeError, OSError) as exc:
+                    raise MetadataStorageError(
+                        f"{p} cannot be read ({type(exc).__name__}: {exc}): restore it from a backup (it names the "
+                        f"cluster, this node and the directory)") from None
+            else:
+                held = _data_in(d)
+                if held:
+                    raise MetadataStorageError(
+                        f"{p} is missing, but {d} holds data ({held}): restore meta.properties (from a backup, or "
+                        f"copy it from another log directory of this node with a new directory.id), or move the "
+                        f"data away to start empty")
         configured = self.config.get("cluster.id").strip()
         cluster_ids = {props.get("cluster.id", "") for props in found.values()}
         for d, props in found.items():
@@ -602,6 +618,8 @@ class QuorumController:
     def _plan_topic(self, spec: CreateTopicSpec, image: MetadataImage, taken: dict[str, str],
                     live: list[BrokerRegistration]) -> tuple[CreateTopicResult, list[Any]]:
         name = spec.name
+        if name == METADATA_TOPIC_NAME:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Creation of internal topic {name} is prohibited.")
         why = validate_topic_name(name)
         if why:
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, why)
@@ -838,6 +856,26 @@ def _chunk(values: list[bytes]) -> list[list[bytes]]:
         chunks[-1].append(v)
         size += len(v) + 16
     return chunks
+
+
+def _data_in(d: Path) -> str:
+    """What in ``d`` shows that it was used by a broker already ("" for a new or empty directory)."""
+    try:
+        names = sorted(os.listdir(d))
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+    found = []
+    for name in names:
+        if name in (METADATA_PARTITION_DIR, QUORUM_STATE_FILE, ".kafka_cleanshutdown",
+                    "recovery-point-offset-checkpoint", "replication-offset-checkpoint",
+                    "log-start-offset-checkpoint") or _PARTITION_DIR_RE.fullmatch(name):
+            found.append(name)
+    if not found:
+        return ""
+    return ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+
+
+_PARTITION_DIR_RE = re.compile(r".+-\d+")
 
 
 def _write_file_durably(path: Path, data: bytes) -> None:

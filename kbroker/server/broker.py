@@ -154,6 +154,13 @@ class Broker:
         self.dir_locks.acquire([*self.config.log_dirs, self.config.metadata_log_dir])
         self.controller.startup()
         await asyncio.to_thread(self.log_manager.startup)
+        image = self.controller.image
+
+        def known(topic: str, partition: int, topic_id: bytes | None) -> bool:
+            t = image.topics_by_name.get(topic)
+            return t is not None and partition in t.partitions and (topic_id is None or topic_id == t.topic_id)
+
+        self.log_manager.mark_strays(known)
         self.replica_manager.apply_image(self.controller.image)
         self.controller.add_listener(self.replica_manager.on_metadata_update)
         self.controller.add_listener(self._apply_config_changes)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import uuid
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.storage.checkpoints import (
@@ -31,6 +32,7 @@ from kbroker.storage.util import (
     DELETE_DIR_SUFFIX,
     FUTURE_DIR_SUFFIX,
     STRAY_DIR_SUFFIX,
+    fsync_dir,
     parse_topic_partition,
     partition_dir_name,
     random_uuid,
@@ -186,6 +188,26 @@ class LogManager:
                 marker.unlink(missing_ok=True)
         self._started = True
         self.checkpoint()
+
+    def mark_strays(self, is_known: Callable[[str, int, bytes | None], bool]) -> list[Path]:
+        """Rename every loaded partition directory that ``is_known(topic, partition, topic_id)`` rejects to
+        ``<topic>-<partition>.<uuid>-stray`` (as Kafka does), with a WARN line; such directories are never served
+        and are skipped at every later start. Returns the new paths."""
+        moved: list[Path] = []
+        for tp, plog in list(self._logs.items()):
+            if is_known(tp[0], tp[1], plog.topic_id):
+                continue
+            root = self._log_dir_of[tp]
+            plog.close()
+            new = plog.dir.with_name(f"{plog.dir.name}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}")
+            os.rename(plog.dir, new)
+            fsync_dir(root)
+            del self._logs[tp]
+            del self._log_dir_of[tp]
+            log.warning("Found stray partition directory %s (its topic or topic id is not in the cluster metadata): "
+                        "renamed to %s and not loaded. Delete it once you are sure it is not needed.", plog.dir, new)
+            moved.append(new)
+        return moved
 
     def shutdown(self) -> None:
         """Flush and close every log, write the checkpoints, then the clean-shutdown marker in each dir.

@@ -45,7 +45,7 @@ def auto_create_topics(ctx, names: list[str]) -> None:
     from kbroker.controller.quorum_controller import CreateTopicSpec
 
     specs = [CreateTopicSpec(name=n, num_partitions=-1, replication_factor=-1, assignments=None, configs={})
-             for n in names if valid_topic_name(n) and not is_internal_topic(n)]
+             for n in names if valid_topic_name(n) and not is_internal_topic(n) and n != "__cluster_metadata"]
     if specs:
         ctx.broker.controller.create_topics(specs, validate_only=False)
 
