@@ -253,6 +253,13 @@ class QuorumController:
             self._image = image
             # Bootstrap until the records are committed (also covers a crash during the first start).
             first_start = "metadata.version" not in image.features
+            if first_start:
+                held = [f"{d}: {what}" for d in self.config.log_dirs if (what := _partitions_in(Path(d)))]
+                if held:
+                    raise MetadataStorageError(
+                        f"the metadata log in {self.partition_dir} is empty, but the log directories hold partitions "
+                        f"({'; '.join(held)}): kbroker will not start a new cluster metadata over existing data; "
+                        f"restore the metadata directory from a backup")
             self._elect_self(last_epoch)
             self._started = True
             if open_txn:
@@ -306,6 +313,11 @@ class QuorumController:
         configured = self.config.get("cluster.id").strip()
         cluster_ids = {props.get("cluster.id", "") for props in found.values()}
         for d, props in found.items():
+            for key in ("version", "cluster.id", "node.id"):
+                if not props.get(key):
+                    raise MetadataStorageError(
+                        f"{d / META_PROPERTIES} has no {key} (the file is damaged): restore it from a backup, or copy "
+                        f"it from another log directory of this node with a new directory.id")
             if props.get("version") != "1":
                 raise MetadataStorageError(f"{d / META_PROPERTIES}: unsupported version {props.get('version')!r} "
                                            "(only version=1, KRaft, is supported)")
@@ -372,6 +384,7 @@ class QuorumController:
         from kbroker.storage.log import PartitionLog
 
         self.partition_dir.mkdir(parents=True, exist_ok=True)
+        _check_metadata_log(self.partition_dir)
         # Always recover from the start: the metadata log is small and every batch is CRC-checked, so a
         # torn tail left by a crash is truncated before replay.
         self._log = PartitionLog(self.partition_dir, self._metadata_log_config(), topic_id=METADATA_TOPIC_ID,
@@ -439,9 +452,17 @@ class QuorumController:
         if not p.exists():
             return {}
         try:
-            return json.loads(p.read_text())
-        except ValueError as exc:
-            raise MetadataStorageError(f"{p}: unreadable quorum state: {exc}") from exc
+            state = json.loads(p.read_text("utf-8"))
+            if not isinstance(state, dict):
+                raise ValueError("not a JSON object")
+            int(state.get("leaderEpoch", 0))
+            return state
+        except (ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+            # A quorum of one: every epoch opened a LeaderChange batch in the log, so the log's last epoch is at
+            # least the stored one, and the next election takes the one after it. Nothing else is lost.
+            log.warning("%s is damaged (%s); rebuilding it from the metadata log (this node is the only voter)",
+                        p, " ".join(str(exc).split())[:120])
+            return {}
 
     def _elect_self(self, last_log_epoch: int) -> None:
         """Become leader in a new epoch: persist the election, then open the epoch in the log."""
@@ -856,6 +877,83 @@ def _chunk(values: list[bytes]) -> list[list[bytes]]:
         chunks[-1].append(v)
         size += len(v) + 16
     return chunks
+
+
+def _partitions_in(d: Path) -> str:
+    """Partition directories (not the metadata log's) in ``d``, as a short list ("" for none)."""
+    try:
+        names = sorted(n for n in os.listdir(d) if _PARTITION_DIR_RE.fullmatch(n) and n != METADATA_PARTITION_DIR
+                       and not n.endswith(("-stray", "-delete", "-future")))
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+    if not names:
+        return ""
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _batch_problem(data: bytes, pos: int) -> tuple[str | None, int]:
+    """``(None, size)`` when a whole, CRC-valid v2 batch starts at ``pos``, else ``(what is wrong, 0)``."""
+    from kbroker.protocol.records import RecordBatch
+
+    if len(data) - pos < 61:
+        return f"{len(data) - pos} bytes, less than a batch header", 0
+    (length,) = struct.unpack_from(">i", data, pos + 8)
+    size = length + 12
+    if length < 49:
+        return f"impossible batch length {length}", 0
+    if pos + size > len(data):
+        return f"batch of {size} bytes runs past the end of the file", 0
+    if data[pos + 16] != 2:
+        return f"magic {data[pos + 16]}", 0
+    try:
+        ok = RecordBatch(data, pos).verify_crc()
+    except Exception as exc:  # a malformed header
+        return f"unreadable batch ({exc})", 0
+    return (None, size) if ok else ("CRC mismatch", 0)
+
+
+def _valid_batch_after(data: bytes, pos: int) -> int | None:
+    """The first position after ``pos`` where a valid batch starts, if any."""
+    start = pos + 1
+    while True:
+        i = data.find(b"\x02", start + 16)  # the magic byte sits 16 bytes into a batch
+        if i < 0:
+            return None
+        cand = i - 16
+        if cand > pos and _batch_problem(data, cand)[0] is None:
+            return cand
+        start = cand + 1
+
+
+def _check_metadata_log(partition_dir: Path) -> None:
+    """Refuse a metadata log that is damaged anywhere but its tail.
+
+    A write cut short by a crash leaves a *torn* tail (a last batch that runs past the end of the file, or
+    zeros): recovery truncates it (WARN), as Kafka does, since nothing past the last whole batch was committed.
+    A whole batch that fails its CRC, or damage followed by valid batches (a flipped byte, a hole), is no crash's
+    doing and replaying past it would lose committed topics, which would then be re-created under new ids;
+    kbroker refuses to start instead (``MetadataStorageError``, one line)."""
+    segments = sorted(partition_dir.glob("*.log"))
+    for i, path in enumerate(segments):
+        data = path.read_bytes()
+        pos = 0
+        while pos < len(data):
+            problem, size = _batch_problem(data, pos)
+            if problem is None:
+                pos += size
+                continue
+            later = _valid_batch_after(data, pos)
+            torn = (problem.startswith(("batch of", "impossible batch length 0")) or "less than a batch header" in
+                    problem or not data[pos:].strip(b"\x00"))
+            if later is not None or i < len(segments) - 1 or not torn:
+                where = (f"byte {later}" if later is not None else "the next segment" if i < len(segments) - 1
+                         else "nothing: a whole batch is corrupt, which no crash leaves behind")
+                raise MetadataStorageError(
+                    f"{path} is damaged at byte {pos} ({problem}; after it: {where}): replaying this metadata log "
+                    f"would lose committed metadata and re-create topics; restore {partition_dir} from a backup")
+            log.warning("%s: damaged tail at byte %d (%s), %d bytes: truncated (a write cut short by a crash)",
+                        path, pos, problem, len(data) - pos)
+            return
 
 
 def _data_in(d: Path) -> str:

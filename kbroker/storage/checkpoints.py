@@ -50,6 +50,8 @@ class OffsetCheckpointFile:
             text = self.path.read_text("utf-8")
         except FileNotFoundError:
             return {}
+        except UnicodeDecodeError:
+            raise CheckpointError(f"{self.path}: not text (garbage bytes)") from None
         lines = text.splitlines()
         if len(lines) < 2:
             raise CheckpointError(f"{self.path}: truncated checkpoint")

@@ -35,6 +35,8 @@ class LeaderEpochCache:
         self.path = Path(path) if path is not None else None
         self._epochs: list[int] = []
         self._starts: list[int] = []
+        #: the file existed but could not be read; its owner rebuilds the entries from the log
+        self.damaged = False
         if self.path is not None:
             self._load()
 
@@ -46,6 +48,11 @@ class LeaderEpochCache:
             lines = self.path.read_text("utf-8").splitlines()
         except FileNotFoundError:
             return
+        except UnicodeDecodeError:
+            log.warning("ignoring malformed %s: not text (garbage bytes); the epochs are rebuilt from the log",
+                        self.path)
+            self.damaged = True
+            return
         try:
             if int(lines[0]) != 0:
                 raise ValueError("unsupported version")
@@ -54,7 +61,8 @@ class LeaderEpochCache:
             if len(entries) != count or any(len(e) != 2 for e in entries):
                 raise ValueError("entry count mismatch")
         except (ValueError, IndexError) as exc:
-            log.warning("ignoring malformed %s: %s", self.path, exc)
+            log.warning("ignoring malformed %s: %s; the epochs are rebuilt from the log", self.path, exc)
+            self.damaged = True
             return
         for epoch, start in entries:
             if self._epochs and (epoch <= self._epochs[-1] or start < self._starts[-1]):

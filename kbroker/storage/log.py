@@ -238,6 +238,8 @@ class PartitionLog:
         self._high_watermark = min(max(hw, self.log_start_offset), self._leo)
         self.leader_epoch_cache.truncate_from_end(self._leo)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        if self.leader_epoch_cache.damaged and self._leo > self.log_start_offset:
+            self._rebuild_leader_epoch_cache()
         self.producer_state = ProducerStateManager(self.dir, producer_id_expiration_ms=producer_id_expiration_ms)
         self.producer_state.remove_stray_snapshots(self._bases)
         rebuild_producer_state(self.producer_state, self._segments, self.log_start_offset, self._leo, now,
@@ -245,11 +247,24 @@ class PartitionLog:
 
     # -- open / recovery ----------------------------------------------------------------------------
 
+    def _rebuild_leader_epoch_cache(self) -> None:
+        """Rebuild ``leader-epoch-checkpoint`` from the batch headers (it was unreadable)."""
+        cache = self.leader_epoch_cache
+        cache.clear()
+        for seg in self._segments:
+            for h in seg.iter_headers():
+                if h.next_offset <= self.log_start_offset:
+                    continue
+                if h.partition_leader_epoch >= 0 and h.partition_leader_epoch > cache.latest_epoch:
+                    cache.assign(h.partition_leader_epoch, max(h.base_offset, self.log_start_offset))
+        log.warning("%s: rebuilt leader-epoch-checkpoint from the log (%d epochs)", self.dir, len(cache))
+
     def _init_partition_metadata(self, topic_id: bytes | None) -> bytes | None:
         try:
             existing = read_partition_metadata(self.dir)
-        except ValueError as exc:
-            log.warning("%s; rewriting", exc)
+        except ValueError as exc:  # UnicodeDecodeError included
+            log.warning("%s is damaged (%s); it is written again with the topic id from the cluster metadata",
+                        self.dir / "partition.metadata", " ".join(str(exc).split())[:100])
             existing = None
         if topic_id is None:
             return existing

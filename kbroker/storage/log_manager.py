@@ -94,7 +94,8 @@ def _read_checkpoint(path: Path) -> dict[TopicPartition, int]:
     try:
         return OffsetCheckpointFile(path).read()
     except CheckpointError as exc:
-        log.warning("ignoring unreadable checkpoint: %s", exc)
+        log.warning("ignoring unreadable checkpoint %s; the logs of that directory are recovered as after a "
+                    "crash", exc)
         return {}
 
 
