@@ -24,7 +24,8 @@
 //       beginningOffsets/endOffsets/offsetsForTimes, in one {"event":"offsets",...} object.
 //   admin <sub>   --bootstrap B ...  with <sub> one of
 //       create-topic --topic T [--partitions 1] [--replication-factor 1] [--config k=v ...]
-//       describe-topic --topic T | list-topics | delete-topic --topic T | describe-cluster
+//       describe-topic --topic T [--authorized-operations true] | list-topics | delete-topic --topic T
+//       describe-cluster [--authorized-operations true]
 //       describe-configs (--topic T | --broker ID)
 //   spec          --count N [--start-index 0] plus produce's content options: prints the records produce
 //                 would send ({"event":"spec",...}), no broker; lets Python check RecordSpec parity.
@@ -62,7 +63,9 @@ import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.CreateTopicsResult;
+import org.apache.kafka.clients.admin.DescribeClusterOptions;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
+import org.apache.kafka.clients.admin.DescribeTopicsOptions;
 import org.apache.kafka.clients.admin.ListOffsetsResult;
 import org.apache.kafka.clients.admin.ListTopicsOptions;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -96,6 +99,14 @@ import org.apache.kafka.common.utils.ByteBufferOutputStream;
 public final class KafkaDriver {
 
     // Bounded timeouts so a dead or closed port fails in ~10 s instead of hanging.
+    static Object opNames(java.util.Set<org.apache.kafka.common.acl.AclOperation> ops) {
+        if (ops == null) return null;
+        List<Object> out = new ArrayList<>();
+        for (org.apache.kafka.common.acl.AclOperation op : ops) out.add(op.name());
+        java.util.Collections.sort((List) out);
+        return out;
+    }
+
     static final int REQUEST_TIMEOUT_MS = 10_000;
     static final int API_TIMEOUT_MS = 10_000;
 
@@ -483,14 +494,16 @@ public final class KafkaDriver {
                 }
                 case "describe-topic": {
                     String topic = a.req("topic");
-                    TopicDescription td = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+                    boolean withOps = Boolean.parseBoolean(a.get("authorized-operations", "false"));
+                    TopicDescription td = admin.describeTopics(List.of(topic),
+                            new DescribeTopicsOptions().includeAuthorizedOperations(withOps)).allTopicNames().get().get(topic);
                     List<Object> ps = new ArrayList<>();
                     for (TopicPartitionInfo pi : td.partitions()) {
                         ps.add(obj("partition", pi.partition(), "leader", pi.leader() == null ? null : pi.leader().id(),
                                 "replicas", ids(pi.replicas()), "isr", ids(pi.isr())));
                     }
                     emit(obj("event", "topic", "name", td.name(), "topic_id", td.topicId() == null ? null : td.topicId().toString(),
-                            "internal", td.isInternal(), "partitions", ps));
+                            "internal", td.isInternal(), "partitions", ps, "authorized_operations", opNames(td.authorizedOperations())));
                     return 0;
                 }
                 case "list-topics": {
@@ -506,11 +519,12 @@ public final class KafkaDriver {
                     return 0;
                 }
                 case "describe-cluster": {
-                    DescribeClusterResult r = admin.describeCluster();
+                    boolean withOps = Boolean.parseBoolean(a.get("authorized-operations", "false"));
+                    DescribeClusterResult r = admin.describeCluster(new DescribeClusterOptions().includeAuthorizedOperations(withOps));
                     List<Object> nodes = new ArrayList<>();
                     for (Node n : r.nodes().get()) nodes.add(nodeJson(n));
                     emit(obj("event", "cluster", "cluster_id", r.clusterId().get(), "controller", nodeJson(r.controller().get()),
-                            "nodes", nodes));
+                            "nodes", nodes, "authorized_operations", opNames(r.authorizedOperations().get())));
                     return 0;
                 }
                 case "describe-configs": {
@@ -591,7 +605,7 @@ public final class KafkaDriver {
         static final Set<String> KNOWN = Set.of("bootstrap", "topic", "count", "acks", "compression", "idempotence",
                 "linger-ms", "batch-size", "partitions", "base-ts", "ts-step", "tag", "binary", "nulls", "start-index",
                 "sync", "delay-ms", "pad", "prop", "expect", "isolation", "timeout-ms", "fetch-max-wait-ms", "timestamp",
-                "replication-factor", "config", "broker", "internal");
+                "replication-factor", "config", "broker", "internal", "authorized-operations");
 
         static Args parse(String[] argv, int from) throws UsageException {
             Args a = new Args();

@@ -173,6 +173,9 @@ _STATIC: list[tuple] = [
      "Tiered storage (not implemented: topics cannot enable it).", None, True),
     ("unclean.leader.election.enable", "boolean", "false", HIGH,
      "Elect an out-of-sync replica when no in-sync one is left.", None, False),
+    ("authorizer.class.name", "string", "", HIGH,
+     "The authorizer: a Python class path with authorize(principal, operation, resource_type, name) (empty: allow "
+     "everything, Kafka's default).", None, True),
     ("metrics.port", "int", "", LOW,
      "Port of the Prometheus metrics endpoint (kbroker's own key; unset: no endpoint).", (0, 65535, None), True),
     ("metrics.host", "string", "", LOW,

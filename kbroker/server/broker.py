@@ -66,6 +66,10 @@ class Broker:
         from kbroker.storage.dir_lock import DirectoryLocks
 
         self.dir_locks = DirectoryLocks()
+        from kbroker.server.authorizer import load_authorizer
+
+        #: ``authorizer.class.name`` (None: every operation is allowed, Kafka's default without an authorizer)
+        self.authorizer = load_authorizer(config.props)
         #: set when the broker cannot go on (its metadata directory or every log directory failed)
         self.fatal_error: asyncio.Future[str] | None = None
         self.controller.failure_channel = self.log_manager.failure_channel

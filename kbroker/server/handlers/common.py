@@ -52,3 +52,13 @@ def auto_create_topics(ctx, names: list[str]) -> None:
 
 def error_message(code: int) -> str | None:
     return None if code == ErrorCode.NONE else ErrorCode(code).name
+
+
+def authorized_ops(ctx, resource_type: int, name: str, requested: bool) -> int:
+    """``*_authorized_operations`` for a response: the caller's operations on the resource when the request
+    asked for them, INT32_MIN otherwise (``kbroker.server.authorizer``)."""
+    from kbroker.server.authorizer import ANONYMOUS, NOT_REQUESTED, ResourceType, authorized_operations
+
+    if not requested:
+        return NOT_REQUESTED
+    return authorized_operations(ctx.broker.authorizer, ANONYMOUS, ResourceType(resource_type), name)

@@ -2,8 +2,8 @@
 
 Behavior: cluster id, this node as controller id (combined broker+controller), and the brokers
 reachable on the request's listener. ``EndpointType`` 2 (controller endpoints) is answered with
-MISMATCHED_ENDPOINT_TYPE on a broker listener, as Kafka does. Authorized operations are not computed
-(no authorizer): ``-2147483648``.
+MISMATCHED_ENDPOINT_TYPE on a broker listener, as Kafka does. ``ClusterAuthorizedOperations`` when asked:
+the caller's operations on the cluster (``kbroker.server.authorizer``), else ``-2147483648``.
 Version notes: v1 EndpointType; v2 IncludeFencedBrokers and IsFenced.
 """
 
@@ -24,7 +24,8 @@ async def handle(ctx, request: DescribeClusterRequest) -> DescribeClusterRespons
     image = ctx.broker.controller.image
     resp = DescribeClusterResponse(cluster_id=image.cluster_id, controller_id=ctx.broker.node_id,
                                    endpoint_type=ENDPOINT_TYPE_BROKER,
-                                   cluster_authorized_operations=-2147483648)
+                                   cluster_authorized_operations=common.authorized_ops(
+                                       ctx, 4, "kafka-cluster", request.include_cluster_authorized_operations))
     if ctx.api_version >= 1 and request.endpoint_type not in (ENDPOINT_TYPE_BROKER,):
         resp.error_code = ErrorCode.MISMATCHED_ENDPOINT_TYPE
         resp.error_message = "The request was sent to an endpoint of type BROKER"

@@ -3,7 +3,8 @@
 Behavior: the requested topics (all topics when the list is empty), sorted by name, with their partitions
 starting at ``Cursor``; at most ``ResponsePartitionLimit`` partitions in total, and ``NextCursor`` names
 where to continue. Unknown topics get UNKNOWN_TOPIC_OR_PARTITION. No eligible leader replicas (ELR) yet:
-empty lists.
+empty lists. ``TopicAuthorizedOperations`` is always filled (the request has no flag, as in Kafka): the
+caller's operations on the topic (``kbroker.server.authorizer``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ async def handle(ctx, request: DescribeTopicPartitionsRequest) -> R:
             continue
         out = R.DescribeTopicPartitionsResponseTopic(name=name, topic_id=topic.topic_id,
                                                      is_internal=common.is_internal_topic(name),
-                                                     topic_authorized_operations=-2147483648)
+                                                     topic_authorized_operations=common.authorized_ops(
+                                                         ctx, 2, name, True))  # always: no flag in the request
         start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
         for pid in sorted(topic.partitions):
             if pid < start:

@@ -6,7 +6,9 @@ Behavior:
 * topics: all (null list, or an empty list before v1) or the requested names/ids; unknown names are
   created when the request allows it (v4+, implicitly before) and ``auto.create.topics.enable`` is true,
   with ``num.partitions`` partitions; invalid names get INVALID_TOPIC_EXCEPTION;
-* leader epochs (v7+) and topic ids (v10+) come from the metadata image.
+* leader epochs (v7+) and topic ids (v10+) come from the metadata image;
+* authorized operations (v8+) when asked: the caller's operations on each topic, and (v8-10) on the cluster
+  (``kbroker.server.authorizer``); ``-2147483648`` when not asked.
 Version notes:
 * v10-11 may carry topic ids in the request but must not use them; v12+ may look up topics by id;
   v13 adds a top-level ErrorCode.
@@ -31,7 +33,8 @@ async def handle(ctx, request: MetadataRequest) -> MetadataResponse:
     version = ctx.api_version
     image = broker.controller.image
     resp = MetadataResponse(cluster_id=image.cluster_id, controller_id=broker.node_id,
-                            cluster_authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED)
+                            cluster_authorized_operations=common.authorized_ops(
+                                ctx, 4, "kafka-cluster", 8 <= version <= 10 and request.include_cluster_authorized_operations))
     resp.brokers = [MetadataResponse.MetadataResponseBroker(node_id=n, host=h, port=p, rack=r)
                     for n, h, p, r in common.broker_endpoints(ctx)]
     all_topics = request.topics is None or (version == 0 and not request.topics)
@@ -47,11 +50,13 @@ async def handle(ctx, request: MetadataRequest) -> MetadataResponse:
             common.auto_create_topics(ctx, missing)
             image = broker.controller.image
     for name, topic_id in wanted:
-        resp.topics.append(describe_topic(ctx, image, name, topic_id))
+        resp.topics.append(describe_topic(ctx, image, name, topic_id,
+                                          version >= 8 and request.include_topic_authorized_operations))
     return resp
 
 
-def describe_topic(ctx, image, name: str | None, topic_id: bytes | None) -> MetadataResponse.MetadataResponseTopic:
+def describe_topic(ctx, image, name: str | None, topic_id: bytes | None,
+                   asked: bool = False) -> MetadataResponse.MetadataResponseTopic:
     out = MetadataResponse.MetadataResponseTopic(name=name, topic_authorized_operations=AUTHORIZED_OPERATIONS_NOT_REQUESTED)
     if topic_id is not None and topic_id != ZERO_UUID:
         topic = image.topics_by_id.get(topic_id)
@@ -70,6 +75,7 @@ def describe_topic(ctx, image, name: str | None, topic_id: bytes | None) -> Meta
     out.name = topic.name
     out.topic_id = topic.topic_id
     out.is_internal = common.is_internal_topic(topic.name)
+    out.topic_authorized_operations = common.authorized_ops(ctx, 2, topic.name, asked)
     for p in sorted(topic.partitions.values(), key=lambda p: p.partition_id):
         out.partitions.append(MetadataResponse.MetadataResponsePartition(
             error_code=ErrorCode.NONE if p.leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,

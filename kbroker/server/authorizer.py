@@ -1,0 +1,113 @@
+"""Who may do what: the authorizer seam and the ``authorized_operations`` answers (Kafka's ``Authorizer`` and
+``AuthHelper.authorizedOperations``).
+
+Operations and resource types carry Kafka's codes (``AclOperation``, ``ResourceType``). A resource type supports
+a fixed set of operations (Kafka's ACL model); ``authorized_operations`` is the bitfield (bit ``1 << code``)
+of those the caller may perform. With no authorizer (``authorizer.class.name`` empty, the default) every
+supported operation is allowed, as in Kafka. With one, each supported operation is asked of it, and ``ALL`` /
+``ANY`` are never listed.
+
+An authorizer is any class with ``authorize(principal, operation, resource_type, resource_name) -> bool``,
+named by its dotted Python path in ``authorizer.class.name`` and built with the broker's properties
+(``cls(props)`` if it takes them, else ``cls()``). kbroker's own ACL authorizer comes with the security work;
+until then a plugged-in class decides. Connections are all ``User:ANONYMOUS`` (PLAINTEXT only).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import inspect
+from typing import Any, Mapping, Protocol
+
+
+class AclOperation(enum.IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+    CREATE_TOKENS = 13
+    DESCRIBE_TOKENS = 14
+    TWO_PHASE_COMMIT = 15
+
+
+class ResourceType(enum.IntEnum):
+    UNKNOWN = 0
+    ANY = 1
+    TOPIC = 2
+    GROUP = 3
+    CLUSTER = 4
+    TRANSACTIONAL_ID = 5
+    DELEGATION_TOKEN = 6
+    USER = 7
+
+
+Op = AclOperation
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
+    ResourceType.TOPIC: (Op.READ, Op.WRITE, Op.CREATE, Op.DESCRIBE, Op.DELETE, Op.ALTER, Op.DESCRIBE_CONFIGS,
+                         Op.ALTER_CONFIGS),
+    ResourceType.GROUP: (Op.READ, Op.DESCRIBE, Op.DELETE),
+    ResourceType.CLUSTER: (Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE,
+                           Op.ALTER, Op.DESCRIBE),
+    ResourceType.TRANSACTIONAL_ID: (Op.DESCRIBE, Op.WRITE, Op.TWO_PHASE_COMMIT),
+    ResourceType.DELEGATION_TOKEN: (Op.DESCRIBE,),
+    ResourceType.USER: (Op.CREATE_TOKENS, Op.DESCRIBE_TOKENS),
+}
+"""Kafka's ACL model: the operations each resource type supports."""
+
+NOT_REQUESTED = -(2**31)
+"""``INT32_MIN``: what ``*_authorized_operations`` fields say when the request did not ask."""
+
+ANONYMOUS = "User:ANONYMOUS"
+CLUSTER_NAME = "kafka-cluster"
+
+
+class Authorizer(Protocol):
+    def authorize(self, principal: str, operation: AclOperation, resource_type: ResourceType,
+                  resource_name: str) -> bool: ...
+
+
+def load_authorizer(props: Mapping[str, str]) -> Authorizer | None:
+    """The authorizer named by ``authorizer.class.name`` (None when empty). Raises ``ValueError`` with one line
+    when the class cannot be loaded."""
+    name = (props.get("authorizer.class.name") or "").strip()
+    if not name:
+        return None
+    module, _, attr = name.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ValueError(f"Invalid value {name} for configuration authorizer.class.name: cannot load it ({exc})") \
+            from None
+    try:
+        takes_props = len(inspect.signature(cls).parameters) >= 1
+    except (TypeError, ValueError):
+        takes_props = False
+    obj: Any = cls(dict(props)) if takes_props else cls()
+    if not callable(getattr(obj, "authorize", None)):
+        raise ValueError(f"Invalid value {name} for configuration authorizer.class.name: no authorize() method")
+    return obj
+
+
+def authorized_operations(authorizer: Authorizer | None, principal: str, resource_type: ResourceType,
+                          resource_name: str) -> int:
+    """The bitfield of the supported operations on the resource that ``principal`` may perform."""
+    bits = 0
+    for op in SUPPORTED_OPERATIONS[resource_type]:
+        if authorizer is None or authorizer.authorize(principal, op, resource_type, resource_name):
+            bits |= 1 << int(op)
+    return bits
+
+
+def operations_of(bits: int) -> list[AclOperation]:
+    """The operations in a bitfield (for tests and tools)."""
+    return [op for op in AclOperation if bits >= 0 and bits & (1 << int(op))]
