@@ -250,6 +250,9 @@ class Simulation:
             if node.client is None or not self.faults:
                 return
             self.crashes += 1
+            if node.client.is_leader and self.rng.random() < 0.3:  # a graceful shutdown: resign first
+                node.client.resign(self.now)
+                self._flush_outbox(node)
             if self.verbose:
                 print(f"{self.now:>7} crash node {node_id} for {down} ms")
             node.client = None

@@ -449,6 +449,7 @@ class RaftClient:
         if not self.is_voter:
             return
         if self.state is S.FOLLOWER and self.leader_id == req.src:
+            self._leader_contact_ms = -(2**62)  # the leader left: grant pre-votes to its successors at once
             rank = req.preferred_successors.index(self.node_id) if self.node_id in req.preferred_successors \
                 else len(self.voters)
             delay = 0 if rank == 0 else self.rng.randint(1, self.cfg.election_backoff_max_ms) * rank // max(1, len(self.voters))
@@ -496,6 +497,7 @@ class RaftClient:
             if (resp.error == "NOT_LEADER_OR_FOLLOWER" and self.state is S.FOLLOWER and resp.src == self.leader_id
                     and resp.epoch == self.epoch):
                 self._fetch_deadline = now  # our leader gave up its epoch: no need to wait for the timeout
+                self._leader_contact_ms = -(2**62)
             if self.state in (S.FOLLOWER, S.UNATTACHED):
                 self._fetch_inflight_until = min(self._fetch_inflight_until, now + self.cfg.retry_backoff_ms)
             return

@@ -7,7 +7,9 @@ Behavior:
   for the broker-level synonyms of the key (``log.retention.ms``, ``log.retention.minutes``,
   ``log.retention.hours`` ...) the per-broker dynamic values (DYNAMIC_BROKER_CONFIG), the cluster-default
   dynamic values (DYNAMIC_DEFAULT_BROKER_CONFIG), ``server.properties`` (STATIC_BROKER_CONFIG) and Kafka's
-  defaults (DEFAULT_CONFIG). The first synonym is the source; a key without synonyms is DEFAULT_CONFIG;
+  defaults (DEFAULT_CONFIG), of which Kafka drops every entry before the first one named exactly the key's
+  broker name (``retention.ms`` at its default: no synonyms). The first synonym is the source; a key without
+  synonyms is DEFAULT_CONFIG, even when its value comes from a lower-precedence broker synonym;
 * BROKER resources (type 4) named after this node id: every broker key kbroker knows, each with the same
   four-level synonym chain over its own synonyms (``log.roll.ms``/``log.roll.hours`` ...); dynamic keys
   are not read-only. Named ``""``: only the cluster-default dynamic configs;
@@ -95,7 +97,14 @@ def _topic_entries(ctx, topic: str, keys, synonyms: bool) -> list[R.DescribeConf
             continue
         chain = [(key, overrides[key], DYNAMIC_TOPIC_CONFIG)] if key in overrides else []
         syns = topic_synonyms(key)
-        chain += _chain(layers, (n for n, _ in syns))
+        broker_chain = _chain(layers, (n for n, _ in syns))
+        # Kafka's rule (ConfigHelper): the broker synonyms of the key's broker name, then everything before the
+        # first entry named exactly that broker name is dropped. So retention.ms at its default lists nothing
+        # (log.retention.hours=168 comes before any log.retention.ms), and neither does a static
+        # log.retention.hours alone: the value follows it, the source says DEFAULT_CONFIG.
+        while broker_chain and broker_chain[0][0] != syns[0][0]:
+            broker_chain.pop(0)
+        chain += broker_chain
         if key in overrides:
             value = overrides[key]
         elif key in effective:
