@@ -35,6 +35,8 @@ shift || true
 case "$cmd" in
   broker)
     setup_python test
+    # the README's quickstart calls kcat; install Debian's when it is missing (the broker runs without it)
+    command -v kcat >/dev/null || need_apt kcat || echo "dev.sh: could not install kcat; the broker starts anyway" >&2
     exec "$VENV/bin/kbroker" "$@"
     ;;
   test)

@@ -243,3 +243,18 @@ def test_damaged_meta_properties_refuses(kbroker_factory, tmp_path):
     assert res.returncode == 1
     line = one_error_line(res.stderr)
     assert "meta.properties cannot be read" in line
+
+
+def test_metrics_endpoint_binds_where_the_listener_binds(kbroker_factory):
+    import urllib.request
+
+    port = free_port()
+    broker = kbroker_factory(overrides={"metrics.port": str(port)})
+    assert f"metrics on http://127.0.0.1:{port}/metrics" in broker.log_tail(200)
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert "kafka_server" in body
+    # not on every interface: another loopback address of this machine is refused
+    import socket as _socket
+
+    with pytest.raises(OSError):
+        _socket.create_connection(("127.0.0.2", port), timeout=2).close()

@@ -17,6 +17,7 @@ import logging
 import signal
 import sys
 
+from kbroker.cli._common import add_version
 from kbroker.config import BrokerConfig
 
 EMBEDDED_DEFAULTS = {
@@ -121,6 +122,7 @@ def server_start(argv: list[str] | None = None) -> int:
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="override a property (repeatable)")
     ap.add_argument("--log-level", default="INFO")
+    add_version(ap)
     args = ap.parse_args(argv)
     try:
         config = BrokerConfig.from_file(args.config, _parse_overrides(args.override))
@@ -139,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "(localhost:9092, data in ./kbroker-data)")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--log-level", default="INFO")
+    add_version(ap)
     args = ap.parse_args(argv)
     props = dict(EMBEDDED_DEFAULTS)
     props.update(_parse_overrides(args.override))

@@ -179,7 +179,7 @@ _STATIC: list[tuple] = [
     ("metrics.port", "int", "", LOW,
      "Port of the Prometheus metrics endpoint (kbroker's own key; unset: no endpoint).", (0, 65535, None), True),
     ("metrics.host", "string", "", LOW,
-     "Address the metrics endpoint binds (kbroker's own key; default: the first listener's host).", None, True),
+     "Address the metrics endpoint binds (kbroker's own key; default: the host of the first listener).", None, True),
 ]
 
 _DYNAMIC_DOCS: dict[str, tuple[str, str, bool]] = {

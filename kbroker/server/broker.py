@@ -232,7 +232,18 @@ class Broker:
         disable_created_metrics()
         self.metrics = BrokerMetrics(self)
         self.metrics.instrument(self.apis)
-        await self.metrics.start(self.config.get("metrics.host") or "0.0.0.0", port)
+        await self.metrics.start(self.metrics_host(), port)
+
+    def metrics_host(self) -> str:
+        """Where the metrics endpoint binds: ``metrics.host``, else the host of the first listener (loopback for
+        the embedded default), so metrics are never exposed wider than the broker itself; a listener bound to
+        every interface (empty host or 0.0.0.0) means every interface here too."""
+        host = self.config.get("metrics.host").strip()
+        if host:
+            return host
+        listeners = self.config.listeners
+        first = listeners[0].host if listeners else ""
+        return first if first not in ("", "0.0.0.0", "::") else "0.0.0.0"
 
     async def _clean_logs(self) -> None:
         """The log cleaner: pick the filthiest compacted log, clean it in a worker thread, swap the result in

@@ -1,7 +1,7 @@
 """Prometheus metrics with the names Kafka's metrics get through the Prometheus JMX exporter.
 
 Enabled by ``metrics.port`` (a kbroker key, unset by default: no endpoint; ``0`` picks a free port) and
-``metrics.host`` (default ``0.0.0.0``); ``GET /metrics`` on that port returns the text exposition format.
+``metrics.host`` (default: the host of the first listener, loopback for the embedded default); ``GET /metrics`` on that port returns the text exposition format.
 Metrics are kept per broker in their own registry (``prometheus_client``):
 
 Counters, updated once per request (never per record):
