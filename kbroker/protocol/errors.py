@@ -171,3 +171,18 @@ class InvalidRecordError(KafkaError):
 
     def __init__(self, message: str | None = None) -> None:
         super().__init__(ErrorCode.INVALID_RECORD, message)
+
+
+class RecordErrors(KafkaError):
+    """Records of a batch that break a per-record rule (KIP-467): the batch is rejected whole with ``code`` and
+    each bad record is named by its index in the batch, so that Produce v8+ answers ``record_errors`` and the
+    client fails only those records with ``code`` (the others with a retriable "batch had invalid records").
+
+    ``record_errors`` is ``[(batch_index, message), ...]``; the partition's ``error_message`` is Kafka's summary
+    of the first three."""
+
+    def __init__(self, code: ErrorCode, record_errors: list[tuple[int, str]]) -> None:
+        shown = ", ".join(f"ApiRecordError(batchIndex={i}, message={m})" for i, m in record_errors[:3])
+        super().__init__(code, f"One or more records have been rejected due to {len(record_errors)} record errors "
+                               f"in total, and only showing the first three errors at most: [{shown}]")
+        self.record_errors = record_errors

@@ -3,12 +3,13 @@ that the batch header alone cannot settle).
 
 ``validate_for_append`` runs inside :meth:`PartitionLog.append_as_leader` before offsets are assigned:
 
-* ``message.timestamp.type=CreateTime``: the batch's base and max timestamps (header fields, no record is
-  decoded) must lie within ``[now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms]``,
-  else INVALID_TIMESTAMP. Kafka checks every record; the header's first and largest timestamps bound the
-  common producer batch (timestamps non-decreasing) and cost nothing to read.
-* ``cleanup.policy`` with ``compact``: every record needs a key (INVALID_RECORD), as Kafka refuses keyless
-  records on compacted topics. This decodes the batch, so only compacted topics pay for it.
+* ``message.timestamp.type=CreateTime``: every record's timestamp must lie within
+  ``[now - message.timestamp.before.max.ms, now + message.timestamp.after.max.ms]``, else INVALID_TIMESTAMP
+  with the index of each bad record (KIP-467, ``RecordErrors``). The header's max timestamp bounds every
+  record, so records are decoded only when the header is out of range or a lower limit is set.
+* ``cleanup.policy`` with ``compact``: every record needs a key, else INVALID_RECORD naming each keyless
+  record (KIP-467), as Kafka refuses keyless records on compacted topics. This decodes the batch, so only
+  compacted topics pay for it.
 * ``compression.type`` other than ``producer``: a batch whose codec differs from the topic's
   (``uncompressed`` = none) is re-encoded with the topic codec and level; header fields (producer id, epoch,
   sequence, timestamps, count) are kept and the CRC is recomputed. A batch already in the topic codec is
@@ -22,7 +23,7 @@ from __future__ import annotations
 import struct
 import zlib
 
-from kbroker.protocol.errors import ErrorCode, InvalidRecordError, KafkaError
+from kbroker.protocol.errors import ErrorCode, InvalidRecordError, KafkaError, RecordErrors
 from kbroker.protocol.records import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER,
@@ -132,16 +133,21 @@ def validate_for_append(buf: bytearray, config: LogConfig, now_ms: int, partitio
             piece: bytes | memoryview = mv[pos: pos + size]
             if not h[5] & CONTROL_FLAG:
                 if check_ts:
-                    for ts, delta in ((h[7], 0), (h[8], h[6])):
-                        if ts >= 0 and not lo <= ts <= hi:
-                            raise KafkaError(ErrorCode.INVALID_TIMESTAMP,
-                                             f"Timestamp {ts} of message with offset {h[0] + delta} is out of range. "
-                                             f"The timestamp should be within [{lo}, {hi}]")
+                    # The header bounds the batch: its max timestamp is every record's upper bound, so only a
+                    # lower limit (message.timestamp.before.max.ms) or a header outside the range needs records.
+                    header_ok = all(ts < 0 or lo <= ts <= hi for ts in (h[7], h[8]))
+                    if not header_ok or config.message_timestamp_before_max_ms < LONG_MAX:
+                        bad = [(i, f"Timestamp {rec.timestamp} of message with offset {h[0] + i} is out of range. "
+                                   f"The timestamp should be within [{lo}, {hi}]")
+                               for i, rec in enumerate(RecordBatch(piece).records())
+                               if rec.timestamp >= 0 and not lo <= rec.timestamp <= hi]
+                        if bad:
+                            raise RecordErrors(ErrorCode.INVALID_TIMESTAMP, bad)
                 if compact:
-                    for rec in RecordBatch(piece).records():
-                        if rec.key is None:
-                            raise InvalidRecordError("Compacted topic cannot accept message without key in topic "
-                                                     f"partition {partition}.")
+                    bad = [(i, f"Compacted topic cannot accept message without key in topic partition {partition}.")
+                           for i, rec in enumerate(RecordBatch(piece).records()) if rec.key is None]
+                    if bad:
+                        raise RecordErrors(ErrorCode.INVALID_RECORD, bad)
                 if target is not None and (h[5] & COMPRESSION_MASK) != target:
                     piece = recompress_batch(piece, target, _level(config, target))
                     if out is None:

@@ -40,7 +40,7 @@ import logging
 import struct
 
 from kbroker.protocol.api_keys import ApiKey
-from kbroker.protocol.errors import CorruptRecordError, ErrorCode, KafkaError
+from kbroker.protocol.errors import CorruptRecordError, ErrorCode, KafkaError, RecordErrors
 from kbroker.protocol.messages import ProduceRequest, ProduceResponse
 from kbroker.protocol.records import (
     ATTRIBUTES_OFFSET,
@@ -202,6 +202,9 @@ async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
                 pr.error_code = exc.code
                 if version >= 8 and exc.message:
                     pr.error_message = exc.message
+                if version >= 8 and isinstance(exc, RecordErrors):  # KIP-467: which records, and why
+                    pr.record_errors = [ProduceResponse.BatchIndexAndErrorMessage(
+                        batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors]
                 if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= 10:
                     pr.current_leader = ProduceResponse.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)
             except OSError as exc:
