@@ -172,6 +172,10 @@ class DeleteTopicResult:
 MetadataListener = Callable[[MetadataImage, MetadataImage, MetadataChanges], None]
 
 
+MAX_PARTITIONS_PER_REQUEST = 10_000
+"""Kafka's bound on the partitions one CreateTopics / CreatePartitions request may create (POLICY_VIOLATION)."""
+EXCESSIVE_BATCH_MESSAGE = "Unable to perform excessively large batch operation."
+
 METADATA_TOPIC_NAME = "__cluster_metadata"
 """The metadata log's topic: never a user topic (not created, not auto-created, not deleted)."""
 
@@ -614,6 +618,7 @@ class QuorumController:
             seen: set[str] = set()
             taken = {_collision_key(n): n for n in image.topics_by_name}
             live = image.live_brokers()
+            partitions_planned = 0
             for spec in topics:
                 if spec.name in seen:
                     continue
@@ -621,12 +626,20 @@ class QuorumController:
                 if counts[spec.name] > 1:
                     results.append(CreateTopicResult(spec.name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
                     continue
+                wanted = (spec.num_partitions if spec.num_partitions > 0
+                          else len(spec.assignments) if spec.assignments else self.config.num_partitions)
+                if wanted > MAX_PARTITIONS_PER_REQUEST - partitions_planned:
+                    # checked before anything is built: a huge count must not allocate or stall (Kafka's limit)
+                    results.append(CreateTopicResult(spec.name, ErrorCode.POLICY_VIOLATION,
+                                                     EXCESSIVE_BATCH_MESSAGE))
+                    continue
                 try:
                     result, topic_records = self._plan_topic(spec, image, taken, live)
                 except KafkaError as exc:
                     results.append(CreateTopicResult(spec.name, exc.code, exc.message))
                     continue
                 taken[_collision_key(spec.name)] = spec.name
+                partitions_planned += wanted
                 results.append(result)
                 if not validate_only:
                     records.extend(topic_records)
@@ -733,7 +746,26 @@ class QuorumController:
         new partitions or None). One ``(name, error_code, error_message)`` per distinct name, in request order.
         The new PartitionRecords are committed together; replaying them makes brokers create the logs."""
         with self._lock:
-            records, results = plan_create_partitions(self.image, topics, self._default_dir)
+            allowed: list[tuple[str, int, Sequence[Sequence[int]] | None]] = []
+            refused: dict[str, tuple[str, int, str | None]] = {}
+            planned = 0
+            for name, count, assignments in topics:
+                topic = self.image.topics_by_name.get(name)
+                extra = count - len(topic.partitions) if topic is not None else 0
+                if extra > MAX_PARTITIONS_PER_REQUEST - planned:
+                    refused[name] = (name, ErrorCode.POLICY_VIOLATION, EXCESSIVE_BATCH_MESSAGE)
+                    continue
+                planned += max(0, extra)
+                allowed.append((name, count, assignments))
+            records, results = plan_create_partitions(self.image, allowed, self._default_dir)
+            if refused:
+                by_name = {r[0]: r for r in results}
+                by_name.update(refused)
+                order: list[str] = []
+                for name, _, _ in topics:
+                    if name not in order:
+                        order.append(name)
+                results = [by_name[n] for n in order]
             if records and not validate_only:
                 self._commit(records)
             return results

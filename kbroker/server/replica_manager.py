@@ -16,7 +16,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.storage.producer_state import AppendOrigin
@@ -27,6 +27,11 @@ if TYPE_CHECKING:
     from kbroker.storage.log import PartitionLog
 
 log = logging.getLogger(__name__)
+
+SYNC_CREATE_LIMIT = 50
+"""New partitions up to this many in one metadata change get their logs at once, on the event loop."""
+CREATE_CHUNK = 100
+"""Logs a worker thread creates before the loop registers them (the loop serves other requests between)."""
 
 
 @dataclass(eq=False)
@@ -100,12 +105,22 @@ class ReplicaManager:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.partitions: dict[tuple[str, int], Partition] = {}
+        #: partitions whose logs a worker thread is creating (they answer NOT_LEADER_OR_FOLLOWER meanwhile)
+        self.creating: set[tuple[str, int]] = set()
+        self._background: set[asyncio.Task[None]] = set()
+        self._create_lock = asyncio.Lock()
 
     # ---- metadata ----
     def apply_image(self, image: MetadataImage) -> None:
-        """Create logs for partitions this node leads or replicates and drop those of removed topics."""
+        """Create logs for partitions this node leads or replicates and drop those of removed topics.
+
+        A few new partitions get their logs at once. Many (a CreateTopics of thousands of partitions) are
+        created in a worker thread, :data:`CREATE_CHUNK` at a time, so that other clients' requests are not held
+        up; until its log exists a partition answers NOT_LEADER_OR_FOLLOWER, which clients retry. An I/O error
+        while creating a log takes its directory offline (``KAFKA_STORAGE_ERROR`` for its partitions)."""
         node_id = self.broker.node_id
         wanted: set[tuple[str, int]] = set()
+        missing: list[tuple[Any, Any]] = []
         for topic in image.topics_by_name.values():
             for p in topic.partitions.values():
                 if node_id not in p.replicas:
@@ -118,24 +133,100 @@ class ReplicaManager:
                     self._remove(key)
                     part = None
                 if part is None:
-                    plog = self.broker.log_manager.get_or_create_log(
-                        topic.name, p.partition_id, topic.topic_id, self.broker.log_config_for(topic.name, image))
-                    part = Partition(topic.name, p.partition_id, topic.topic_id, plog, p.leader, p.leader_epoch,
-                                     p.partition_epoch, list(p.replicas), list(p.isr))
-                    self.partitions[key] = part
-                    if p.leader == node_id:
-                        plog.leader_epoch_cache.assign(p.leader_epoch, plog.log_end_offset)
-                else:
-                    became_leader_epoch = p.leader_epoch != part.leader_epoch
-                    part.leader, part.leader_epoch = p.leader, p.leader_epoch
-                    part.partition_epoch, part.replicas, part.isr = p.partition_epoch, list(p.replicas), list(p.isr)
-                    if became_leader_epoch and p.leader == node_id:
-                        part.log.leader_epoch_cache.assign(p.leader_epoch, part.log.log_end_offset)
+                    if key not in self.creating:
+                        missing.append((topic, p))
+                    continue
+                became_leader_epoch = p.leader_epoch != part.leader_epoch
+                part.leader, part.leader_epoch = p.leader, p.leader_epoch
+                part.partition_epoch, part.replicas, part.isr = p.partition_epoch, list(p.replicas), list(p.isr)
+                if became_leader_epoch and p.leader == node_id:
+                    part.log.leader_epoch_cache.assign(p.leader_epoch, part.log.log_end_offset)
                 if part.leader == node_id:
                     part.maybe_increment_high_watermark()
         for key in list(self.partitions):
             if key not in wanted:
                 self._remove(key)
+        if len(missing) <= SYNC_CREATE_LIMIT or not self._loop_running():
+            for topic, p in missing:
+                try:
+                    plog = self.broker.log_manager.get_or_create_log(
+                        topic.name, p.partition_id, topic.topic_id, self.broker.log_config_for(topic.name, image))
+                except KafkaError as exc:
+                    log.error("cannot create the log of %s-%d: %s", topic.name, p.partition_id, exc)
+                    continue
+                self._add(topic, p, plog)
+        else:
+            self._create_in_background(missing, image)
+
+    @staticmethod
+    def _loop_running() -> bool:
+        try:
+            asyncio.get_running_loop()
+            return True
+        except RuntimeError:
+            return False
+
+    def _add(self, topic: Any, p: Any, plog: Any) -> None:
+        part = Partition(topic.name, p.partition_id, topic.topic_id, plog, p.leader, p.leader_epoch,
+                         p.partition_epoch, list(p.replicas), list(p.isr))
+        self.partitions[(topic.name, p.partition_id)] = part
+        if p.leader == self.broker.node_id:
+            plog.leader_epoch_cache.assign(p.leader_epoch, plog.log_end_offset)
+            part.maybe_increment_high_watermark()
+
+    def _create_in_background(self, missing: list[tuple[Any, Any]], image: MetadataImage) -> None:
+        lm = self.broker.log_manager
+        try:
+            plan = lm.plan_log_dirs([(t.name, p.partition_id) for t, p in missing])
+        except KafkaError as exc:
+            log.error("cannot create %d partition logs: %s", len(missing), exc)
+            return
+        configs = {name: self.broker.log_config_for(name, image) for name in {t.name for t, _ in missing}}
+        self.creating.update(plan)
+
+        def build(chunk: list[tuple[Any, Any]]) -> list[tuple[Any, Any, Any]]:
+            out = []
+            for t, p in chunk:
+                key = (t.name, p.partition_id)
+                try:
+                    plog = lm.new_log(plan[key], t.name, p.partition_id, t.topic_id, configs[t.name])
+                    if p.leader == self.broker.node_id:  # its checkpoint file is written here, not on the loop
+                        plog.leader_epoch_cache.assign(p.leader_epoch, plog.log_end_offset)
+                    out.append((t, p, plog))
+                except KafkaError as exc:
+                    out.append((t, p, exc))
+            return out
+
+        async def run() -> None:
+            started = time.monotonic()
+            for i in range(0, len(missing), CREATE_CHUNK):
+                chunk = missing[i:i + CREATE_CHUNK]
+                try:
+                    async with self._create_lock:  # one creating thread at a time: the loop keeps the GIL often
+                        built = await asyncio.to_thread(build, chunk)
+                except BaseException:
+                    for t, p in chunk:
+                        self.creating.discard((t.name, p.partition_id))
+                    raise
+                latest = self.broker.controller.image
+                for t, p, plog in built:
+                    key = (t.name, p.partition_id)
+                    self.creating.discard(key)
+                    if isinstance(plog, KafkaError):
+                        log.error("cannot create the log of %s-%d: %s", t.name, p.partition_id, plog)
+                        continue
+                    now_topic = latest.topics_by_name.get(t.name)
+                    now_part = now_topic.partitions.get(p.partition_id) if now_topic is not None else None
+                    if now_part is None or now_topic.topic_id != t.topic_id or key in self.partitions:
+                        plog.delete()  # deleted meanwhile
+                        continue
+                    lm.register(plan[key], plog)
+                    self._add(now_topic, now_part, plog)
+            log.info("created %d partition logs in %.1f s", len(missing), time.monotonic() - started)
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def on_metadata_update(self, old: MetadataImage | None, new: MetadataImage, *_: object) -> None:
         self.apply_image(new)
@@ -150,6 +241,8 @@ class ReplicaManager:
         """The partition, or KafkaError UNKNOWN_TOPIC_OR_PARTITION / NOT_LEADER_OR_FOLLOWER."""
         part = self.partitions.get((topic, partition))
         if part is None:
+            if (topic, partition) in self.creating:
+                raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "the replica is being created")
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return part
 

@@ -267,7 +267,8 @@ class LogManager:
         """The existing log, or a new empty one in the log dir holding the fewest partitions.
 
         For an existing log a given ``config`` replaces its config; a ``topic_id`` that differs from the one
-        in ``partition.metadata`` raises ``KafkaError(INCONSISTENT_TOPIC_ID)``."""
+        in ``partition.metadata`` raises ``KafkaError(INCONSISTENT_TOPIC_ID)``. An I/O error creating the log
+        takes its directory offline and raises ``KafkaError(KAFKA_STORAGE_ERROR)``."""
         tp = (topic, partition)
         plog = self._logs.get(tp)
         if plog is not None:
@@ -280,8 +281,33 @@ class LogManager:
                 plog.update_config(config)
             return plog
         root = self._pick_log_dir()
+        plog = self.new_log(root, topic, partition, topic_id, config)
+        self.register(root, plog)
+        return plog
+
+    def plan_log_dirs(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, Path]:
+        """The log dir each new partition will go to (fewest partitions first, counting the ones planned)."""
+        online = self.online_log_dirs()
+        if not online:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "every log directory is offline")
+        counts = {d: 0 for d in online}
+        for d in self._log_dir_of.values():
+            if d in counts:
+                counts[d] += 1
+        plan: dict[TopicPartition, Path] = {}
+        for tp in partitions:
+            root = min(online, key=lambda d: counts[d])
+            counts[root] += 1
+            plan[tp] = root
+        return plan
+
+    def new_log(self, root: Path, topic: str, partition: int, topic_id: bytes | None,
+                config: LogConfig | None) -> PartitionLog:
+        """Create the files of a new empty log under ``root`` without registering it (safe in a worker thread:
+        it touches no shared state). I/O errors take ``root`` offline: ``KafkaError(KAFKA_STORAGE_ERROR)``."""
+        self.failure_channel.check(root, f"creating the log of {topic}-{partition}")
         try:
-            plog = PartitionLog(
+            return PartitionLog(
                 root / partition_dir_name(topic, partition),
                 config or self.default_config,
                 topic_id=topic_id,
@@ -291,9 +317,12 @@ class LogManager:
             )
         except OSError as exc:
             raise self.failure_channel.io_failed(root, f"creating the log of {topic}-{partition}", exc) from exc
+
+    def register(self, root: Path, plog: PartitionLog) -> None:
+        """Make a log created by :meth:`new_log` part of this manager (event loop only)."""
+        tp = (plog.topic, plog.partition)
         self._logs[tp] = plog
         self._log_dir_of[tp] = root
-        return plog
 
     def delete_log(self, topic: str, partition: int) -> bool:
         """Close and delete a partition's log directory. Returns False if there was no such log."""

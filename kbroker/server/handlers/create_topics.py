@@ -4,7 +4,10 @@ Behavior: each topic goes to the quorum controller, which validates it as Kafka 
 (INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR,
 INVALID_CONFIG, INVALID_REPLICA_ASSIGNMENT) and writes TopicRecord, PartitionRecords and ConfigRecords
 to the metadata log; ``validate_only`` checks without writing. A name listed twice in one request gets
-INVALID_REQUEST for every occurrence.
+INVALID_REQUEST for every occurrence. At most 10,000 partitions per request (Kafka's limit; POLICY_VIOLATION
+"Unable to perform excessively large batch operation." for the topics beyond it, checked before anything is
+built). The topics are written a few hundred partitions at a time, so that a request creating thousands of
+partitions does not hold up other clients; their logs are created in a worker thread.
 Version notes: v5 returns partitions, replication factor and configs; v7 the topic id.
 """
 
@@ -20,6 +23,46 @@ API_KEY = ApiKey.CREATE_TOPICS
 VERSIONS = range(2, 8)
 
 
+SLICE_PARTITIONS = 500
+"""Partitions committed per metadata write; the loop serves other clients between slices."""
+
+
+async def create_in_slices(ctx, specs, validate_only: bool) -> dict:
+    """Create the topics a few hundred partitions at a time, yielding to other requests between the writes,
+    with Kafka's limit of 10,000 partitions for the whole request (POLICY_VIOLATION beyond it)."""
+    import asyncio
+
+    from kbroker.controller.quorum_controller import (
+        EXCESSIVE_BATCH_MESSAGE,
+        MAX_PARTITIONS_PER_REQUEST,
+        CreateTopicResult,
+    )
+
+    controller = ctx.broker.controller
+    default = ctx.broker.config.num_partitions
+    results: dict = {}
+    used = 0
+    batch: list = []
+    batch_partitions = 0
+    for spec in specs:
+        n = spec.num_partitions if spec.num_partitions > 0 else len(spec.assignments) if spec.assignments else default
+        if n > MAX_PARTITIONS_PER_REQUEST - used:
+            results[spec.name] = CreateTopicResult(spec.name, ErrorCode.POLICY_VIOLATION, EXCESSIVE_BATCH_MESSAGE)
+            continue
+        used += n
+        if batch and batch_partitions + n > SLICE_PARTITIONS:
+            for r in controller.create_topics(batch, validate_only=validate_only):
+                results[r.name] = r
+            batch, batch_partitions = [], 0
+            await asyncio.sleep(0)
+        batch.append(spec)
+        batch_partitions += n
+    if batch:
+        for r in controller.create_topics(batch, validate_only=validate_only):
+            results[r.name] = r
+    return results
+
+
 async def handle(ctx, request: CreateTopicsRequest) -> R:
     from kbroker.controller.quorum_controller import CreateTopicSpec
     from kbroker.server.handlers.describe_configs import _topic_entries
@@ -33,7 +76,7 @@ async def handle(ctx, request: CreateTopicsRequest) -> R:
             name=t.name, num_partitions=t.num_partitions, replication_factor=t.replication_factor,
             assignments={a.partition_index: list(a.broker_ids) for a in t.assignments} or None,
             configs={c.name: c.value for c in t.configs if c.value is not None}))
-    results = {r.name: r for r in ctx.broker.controller.create_topics(specs, validate_only=request.validate_only)}
+    results = await create_in_slices(ctx, specs, request.validate_only)
     resp = R()
     for t in request.topics:
         if counts[t.name] > 1:
