@@ -97,12 +97,30 @@ def _setup_logging(level: str) -> None:
                         format="[%(asctime)s] %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
 
 
+def _raise_open_file_limit() -> None:
+    """Raise the soft limit of open files to the hard limit, as Kafka's docs ask operators to do (every segment
+    of every partition keeps its ``.log`` open; index files are capped, see ``kbroker.storage.index``)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or soft < hard:
+            target = hard if hard != resource.RLIM_INFINITY else max(soft, 1_048_576)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        logging.getLogger("kbroker").info("open file limit: %s (raise the hard limit, ulimit -Hn, for more "
+                                          "partitions)", soft)
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 def _start(config: BrokerConfig, log_level: str) -> int:
     """Run the broker; a start-up failure is one ERROR line and exit code 1 (the traceback only at DEBUG)."""
     # Worker threads (log creation, flushes, the cleaner) hand the interpreter back to the event loop within
     # 1 ms instead of Python's default 5 ms, so their work does not show up as request latency.
     sys.setswitchinterval(0.001)
     _setup_logging(log_level)
+    _raise_open_file_limit()
     _install_loop_policy()
     log = logging.getLogger("kbroker")
     try:

@@ -9,6 +9,11 @@ On-disk entries (big-endian, no header, no checksum):
 
 Unlike Apache Kafka we do not preallocate index files: entries are appended to a plain file and mirrored in
 memory (``array``) for ``bisect`` lookups. Indexes are advisory: they can always be rebuilt from the ``.log``.
+
+File descriptors: lookups use the in-memory copy, so an index file is only open while entries are being
+appended to it. At most :data:`MAX_OPEN_INDEX_FILES` index files are open in the process; the least recently
+written one is closed when another is opened (its pending data is fsynced through its path at the next flush).
+With 10,000 partitions that keeps index descriptors at about a thousand instead of 20,000.
 """
 
 from __future__ import annotations
@@ -19,11 +24,20 @@ import struct
 import sys
 from array import array
 from pathlib import Path
+import threading
+from collections import OrderedDict
 from typing import BinaryIO
 
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 _BIG_ENDIAN = sys.byteorder == "big"
+
+
+MAX_OPEN_INDEX_FILES = 1024
+"""How many index files may be open at once in the process (least recently written closed first)."""
+
+_open_lock = threading.Lock()
+_open_files: OrderedDict[int, _IndexFile] = OrderedDict()  # id(index) -> index, least recently used first
 
 
 class _IndexFile:
@@ -39,9 +53,26 @@ class _IndexFile:
         self._dirty = False
 
     def _fh(self) -> BinaryIO:
-        if self._file is None:
-            self._file = open(self.path, "ab", buffering=0)
-        return self._file
+        with _open_lock:
+            f = self._file
+            if f is None:
+                f = self._file = open(self.path, "ab", buffering=0)
+                _open_files[id(self)] = self
+                while len(_open_files) > MAX_OPEN_INDEX_FILES:
+                    _, victim = _open_files.popitem(last=False)
+                    victim._drop_handle()
+            else:
+                _open_files.move_to_end(id(self))
+        return f
+
+    def _drop_handle(self) -> None:
+        """Close the handle (called with ``_open_lock`` held); writes were unbuffered, nothing is lost."""
+        f, self._file = self._file, None
+        if f is not None:
+            try:
+                f.close()
+            except OSError:
+                pass
 
     def _write(self, data: bytes) -> None:
         f = self._fh()
@@ -52,10 +83,14 @@ class _IndexFile:
         self._dirty = True
 
     def _rewrite(self, data: bytes) -> None:
-        f = self._fh()
-        os.ftruncate(f.fileno(), 0)
-        if data:
-            self._write(data)
+        # through a short-lived handle: rewrites happen when a segment is created or recovered (possibly in a
+        # worker thread) and leave no descriptor open
+        self.close()
+        with open(self.path, "wb", buffering=0) as f:
+            view = memoryview(data)
+            while view:
+                n = f.write(view)
+                view = view[n:]
         self._dirty = True
 
     def _read_all(self) -> bytes | None:
@@ -66,19 +101,34 @@ class _IndexFile:
             return None
 
     def flush(self) -> None:
-        """fsync the index file if anything was written since the last flush."""
-        if self._file is not None and self._dirty:
-            self._dirty = False
+        """fsync the index file if anything was written since the last flush (through its path when the handle
+        was closed meanwhile: fsync works on the file, whichever descriptor)."""
+        if not self._dirty:
+            return
+        self._dirty = False
+        try:
+            f = self._file
             try:
-                os.fsync(self._file.fileno())
-            except BaseException:
-                self._dirty = True
-                raise
+                if f is None:
+                    raise ValueError("closed")
+                os.fsync(f.fileno())
+            except ValueError:  # no handle, or closed by another thread just now
+                try:
+                    fd = os.open(self.path, os.O_RDONLY)
+                except FileNotFoundError:
+                    return
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+        except BaseException:
+            self._dirty = True
+            raise
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        with _open_lock:
+            _open_files.pop(id(self), None)
+            self._drop_handle()
 
     def rename_to(self, new_path: Path) -> None:
         """Rename the file (if it exists); the open handle keeps working."""

@@ -4,7 +4,9 @@ Behavior: each topic goes to the quorum controller, which adds PartitionRecords 
 (rules and messages as Kafka's: UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS when the count is not an
 increase, INVALID_REPLICA_ASSIGNMENT for a bad manual assignment, INVALID_REQUEST for a topic named twice);
 ``validate_only`` checks without writing. The broker creates the new partition logs when it applies the
-committed records, before this response is sent, so produce and fetch work on them at once.
+committed records (in a worker thread when there are many; until then they answer NOT_LEADER_OR_FOLLOWER,
+which clients retry). At most 10,000 new partitions per request (POLICY_VIOLATION), and none beyond what
+the open-file limit allows (KAFKA_STORAGE_ERROR, so a partition never exists only in the metadata).
 Version notes: v2 flexible; v3 may return THROTTLING_QUOTA_EXCEEDED in Kafka (kbroker has no quotas).
 """
 
@@ -18,8 +20,23 @@ VERSIONS = range(0, 4)
 
 
 async def handle(ctx, request: CreatePartitionsRequest) -> R:
-    topics = [(t.name, t.count, [list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None)
-              for t in request.topics]
+    from kbroker.protocol.errors import ErrorCode
+    from kbroker.server.handlers.create_topics import fd_shortage
+
+    image = ctx.broker.controller.image
+    topics, refused = [], {}
+    for t in request.topics:
+        current = image.topics_by_name.get(t.name)
+        extra = t.count - len(current.partitions) if current is not None else 0
+        why = fd_shortage(extra) if extra > 0 and not request.validate_only else None
+        if why:
+            refused[t.name] = (t.name, ErrorCode.KAFKA_STORAGE_ERROR, why)
+            continue
+        topics.append((t.name, t.count,
+                       [list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None))
     results = ctx.broker.controller.create_partitions(topics, validate_only=request.validate_only)
-    return R(results=[R.CreatePartitionsTopicResult(name=name, error_code=code, error_message=msg)
-                      for name, code, msg in results])
+    by_name = {r[0]: r for r in results}
+    by_name.update(refused)
+    names = list(dict.fromkeys(t.name for t in request.topics))
+    return R(results=[R.CreatePartitionsTopicResult(name=name, error_code=by_name[name][1],
+                                                    error_message=by_name[name][2]) for name in names])

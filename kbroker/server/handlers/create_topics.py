@@ -24,6 +24,25 @@ VERSIONS = range(2, 8)
 
 
 SLICE_PARTITIONS = 500
+FD_RESERVE = 512
+"""Descriptors kept free for connections, segment rolls and the metadata log."""
+
+
+def fd_shortage(new_partitions: int) -> str | None:
+    """Why ``new_partitions`` more logs would not fit under the open-file limit (each holds its ``.log`` open),
+    or None. Refusing up front keeps a topic from existing in the metadata without its logs."""
+    import os
+    import resource
+
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        in_use = len(os.listdir("/proc/self/fd"))
+    except (OSError, ValueError):
+        return None
+    if soft == resource.RLIM_INFINITY or in_use + new_partitions + FD_RESERVE <= soft:
+        return None
+    return (f"this broker has {in_use} of its {soft} file descriptors in use; {new_partitions} more partitions "
+            f"would exceed the open-file limit (raise it: ulimit -n / LimitNOFILE)")
 """Partitions committed per metadata write; the loop serves other clients between slices."""
 
 
@@ -48,6 +67,9 @@ async def create_in_slices(ctx, specs, validate_only: bool) -> dict:
         n = spec.num_partitions if spec.num_partitions > 0 else len(spec.assignments) if spec.assignments else default
         if n > MAX_PARTITIONS_PER_REQUEST - used:
             results[spec.name] = CreateTopicResult(spec.name, ErrorCode.POLICY_VIOLATION, EXCESSIVE_BATCH_MESSAGE)
+            continue
+        if not validate_only and (why := fd_shortage(n)):
+            results[spec.name] = CreateTopicResult(spec.name, ErrorCode.KAFKA_STORAGE_ERROR, why)
             continue
         used += n
         if batch and batch_partitions + n > SLICE_PARTITIONS:
