@@ -106,6 +106,13 @@ _STATIC: list[tuple] = [
      False),
     ("socket.request.max.bytes", "int", "104857600", HIGH,
      "The largest request frame accepted; a larger one closes the connection.", (1, None, None), True),
+    ("connections.max.idle.ms", "long", "600000", MEDIUM,
+     "A connection that completes no request for this long is closed.", (1, None, None), True),
+    ("kbroker.request.read.timeout.ms", "long", "30000", MEDIUM,
+     "kbroker's own key: a request frame that has begun must arrive whole within this time, else the "
+     "connection is closed.", (1, None, None), True),
+    ("max.connections.per.ip.overrides", "list", "", MEDIUM,
+     "Per-address exceptions to max.connections.per.ip, as host:count,...", None, True),
     ("socket.send.buffer.bytes", "int", "102400", HIGH, "SO_SNDBUF of client sockets (-1: the OS default).", None,
      False),
     ("socket.receive.buffer.bytes", "int", "102400", HIGH, "SO_RCVBUF of client sockets (-1: the OS default).",
@@ -229,8 +236,10 @@ _DYNAMIC_DOCS: dict[str, tuple[str, str, bool]] = {
     "num.replica.fetchers": (HIGH, "Replica fetcher threads per source broker.", False),
     "num.recovery.threads.per.data.dir": (HIGH, "Threads that recover logs at start-up.", False),
     "background.threads": (HIGH, "Background task threads.", False),
-    "max.connections": (MEDIUM, "The most connections the broker accepts.", False),
-    "max.connections.per.ip": (MEDIUM, "The most connections from one address.", False),
+    "max.connections": (MEDIUM, "The most connections the broker accepts; more are closed at once (read at "
+                                "start-up).", True),
+    "max.connections.per.ip": (MEDIUM, "The most connections from one address; more are closed at once (read at "
+                                       "start-up).", True),
     "max.connection.creation.rate": (MEDIUM, "New connections per second the broker accepts.", False),
     "producer.id.expiration.ms": (LOW, "How long an idle producer id is kept in a partition.", True),
     "transaction.partition.verification.enable": (LOW, "Verify the partitions of a transaction before appends.",

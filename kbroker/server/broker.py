@@ -55,6 +55,9 @@ class Broker:
             self, lambda *args: write_marker(self, *args))
         self.apis = Apis(self)
         self.connections: set[KafkaConnection] = set()
+        from kbroker.server.network import ConnectionLimits
+
+        self.connection_limits = ConnectionLimits(config)
         self.servers: list[asyncio.AbstractServer] = []
         self.zero_copy = True
         self.stats_sendfile_bytes = 0
@@ -196,6 +199,7 @@ class Broker:
                 Endpoint(lst.name, lst.host, self.bound_ports.get(lst.name, lst.port), 0)
                 for lst in (self.advertised_listener(x.name) for x in self.config.advertised_listeners) if lst])
         self._tasks.append(loop.create_task(self._periodic()))
+        self._tasks.append(loop.create_task(self._sweep_connections()))
         self._tasks.append(loop.create_task(self._clean_logs()))
         ports = ", ".join(f"{k}:{v}" for k, v in self.bound_ports.items())
         log.info("started (kbroker node %d, cluster %s, listeners %s)", self.node_id,
@@ -220,6 +224,17 @@ class Broker:
                     await asyncio.to_thread(self.log_manager.checkpoint)
             except Exception:
                 log.exception("periodic log maintenance failed")
+
+    async def _sweep_connections(self) -> None:
+        """Close idle connections and those trickling a request (``ConnectionLimits.sweep``)."""
+        limits = self.connection_limits
+        interval = max(0.05, min(1.0, min(limits.idle_ms, limits.read_timeout_ms) / 4000))
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                limits.sweep(self.connections)
+            except Exception:
+                log.exception("connection sweep failed")
 
     async def _start_metrics(self) -> None:
         from kbroker.server.metrics import BrokerMetrics, metrics_port

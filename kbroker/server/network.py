@@ -6,6 +6,17 @@ a time and responses are written in request order, as the Apache broker does. Re
 than ``MAX_QUEUED_FRAMES`` frames wait (back-pressure), and writing awaits ``drain`` when the transport's
 buffer is above its high-water mark.
 
+Limits a client cannot get around (issue: reliability of one node):
+
+* ``connections.max.idle.ms`` (Kafka's key, default 600000): a connection that completed no request for that
+  long is closed;
+* ``kbroker.request.read.timeout.ms`` (kbroker's own key, default 30000): a request frame that has begun
+  must arrive whole within that time, so a frame trickled byte by byte cannot hold a connection;
+* ``max.connections`` and ``max.connections.per.ip`` / ``max.connections.per.ip.overrides`` (Kafka's keys):
+  a connection over a limit is closed at once (Kafka stops accepting at the broker-wide limit instead);
+* one request at a time per connection, reading paused while ``MAX_QUEUED_FRAMES`` wait, and the connection's
+  task yields to the others after each request, so one client pipelining requests cannot starve the rest.
+
 Record data in Fetch responses arrives as :class:`~kbroker.protocol.send.FileRegion` chunks. They are sent
 with ``os.sendfile`` straight from the segment file when the transport has nothing buffered (zero-copy on
 plain TCP); whatever the socket does not take at once is read with ``os.pread`` and written normally.
@@ -19,6 +30,7 @@ import logging
 import os
 import socket
 import struct
+import time
 from typing import TYPE_CHECKING, Any
 
 from kbroker.protocol.framing import FrameDecoder, FrameError
@@ -60,6 +72,14 @@ class KafkaConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.peer = transport.get_extra_info("peername")
+        self.last_request_at = time.monotonic()
+        self.frame_started_at: float | None = None
+        refused = self.broker.connection_limits.admit(self)
+        if refused:
+            log.info("closing connection from %s: %s", self.peer, refused)
+            self._closed = self._aborted = True
+            transport.abort()  # type: ignore[attr-defined]
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -80,6 +100,8 @@ class KafkaConnection(asyncio.Protocol):
                 if frame is None:
                     break
                 self.frames.put_nowait(frame)
+                self.last_request_at = time.monotonic()
+            self.frame_started_at = (self.frame_started_at or time.monotonic()) if self.decoder.buffered else None
         except FrameError as exc:
             log.info("closing connection from %s: %s", self.peer, exc)
             self.close()
@@ -99,6 +121,7 @@ class KafkaConnection(asyncio.Protocol):
             self._watch_fd = None
         self._can_write.set()
         self.broker.connections.discard(self)
+        self.broker.connection_limits.release(self)
         self.frames.put_nowait(None)
 
     def pause_writing(self) -> None:
@@ -136,6 +159,9 @@ class KafkaConnection(asyncio.Protocol):
                     return
                 if chunks is not None:
                     await self._write_response(chunks)
+                self.last_request_at = time.monotonic()
+                if self.frames.qsize():
+                    await asyncio.sleep(0)  # let other connections' requests in between (fairness)
         except asyncio.CancelledError:
             raise
         except Exception:  # never let one connection's bug take the broker down
@@ -235,3 +261,66 @@ class KafkaConnection(asyncio.Protocol):
             if self._watch_fd == watch_fd:  # connection_lost has not closed it meanwhile
                 loop.remove_writer(watch_fd)
         return not self._closed
+
+
+class ConnectionLimits:
+    """``max.connections`` / ``max.connections.per.ip`` (with ``max.connections.per.ip.overrides``) and the
+    idle and partial-request deadlines, checked by :meth:`sweep` (the broker calls it about once a second)."""
+
+    def __init__(self, config: Any) -> None:
+        self.max_connections = config.get_int("max.connections")
+        self.max_per_ip = config.get_int("max.connections.per.ip")
+        self.overrides: dict[str, int] = {}
+        for item in config.get_list("max.connections.per.ip.overrides"):
+            host, sep, n = item.rpartition(":")
+            if sep and n.strip().isdigit():
+                self.overrides[host.strip()] = int(n)
+        self.idle_ms = config.get_int("connections.max.idle.ms")
+        self.read_timeout_ms = config.get_int("kbroker.request.read.timeout.ms")
+        self.per_ip: dict[str, int] = {}
+        self.total = 0
+
+    def admit(self, conn: KafkaConnection) -> str | None:
+        """Count ``conn`` in, or say why it is refused."""
+        ip = conn.peer[0] if conn.peer else ""
+        limit = self.overrides.get(ip, self.max_per_ip)
+        if self.per_ip.get(ip, 0) >= limit:
+            return f"too many connections from {ip} (max.connections.per.ip {limit})"
+        if self.total >= self.max_connections:
+            return f"too many connections (max.connections {self.max_connections})"
+        self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
+        self.total += 1
+        conn._counted = True  # type: ignore[attr-defined]
+        return None
+
+    def release(self, conn: KafkaConnection) -> None:
+        if not getattr(conn, "_counted", False):
+            return
+        conn._counted = False  # type: ignore[attr-defined]
+        ip = conn.peer[0] if conn.peer else ""
+        self.total -= 1
+        left = self.per_ip.get(ip, 1) - 1
+        if left > 0:
+            self.per_ip[ip] = left
+        else:
+            self.per_ip.pop(ip, None)
+
+    def sweep(self, connections: set[KafkaConnection]) -> int:
+        """Close connections idle past ``connections.max.idle.ms`` or with a frame begun longer than
+        ``kbroker.request.read.timeout.ms`` ago. Returns how many were closed."""
+        now = time.monotonic()
+        closed = 0
+        for conn in list(connections):
+            started = getattr(conn, "frame_started_at", None)
+            if started is not None and (now - started) * 1000 > self.read_timeout_ms:
+                log.info("closing connection from %s: a request frame has been arriving for more than %d ms",
+                         conn.peer, self.read_timeout_ms)
+            elif (conn.frames.qsize() == 0 and (now - getattr(conn, "last_request_at", now)) * 1000 > self.idle_ms
+                  and not conn._closed):
+                log.info("closing connection from %s: idle for more than %d ms (connections.max.idle.ms)",
+                         conn.peer, self.idle_ms)
+            else:
+                continue
+            conn.close()
+            closed += 1
+        return closed

@@ -66,7 +66,8 @@ class Node:
                 key, version, corr = peek_key_version(frame)
                 header = decode_request_header(frame)
                 req, _ = codec.decode(REQUESTS[key], frame, version, header.body_offset)
-                assert self.manager is not None
+                if self.manager is None:
+                    break  # this node is being stopped
                 resp = await self.manager.handle_request(req, corr)
                 chunks = encode_response(key, version, corr, resp)
                 writer.write(_SIZE.pack(sum(len(c) for c in chunks)) + b"".join(chunks))
@@ -163,7 +164,9 @@ def test_three_voters_over_tcp(tmp_path):
             await wait_for(lambda: leader_of(others), 10, "a successor")
             assert leader_of(others).client.epoch > epoch
             handover = loop.time() - t0
-            assert handover < CFG.fetch_timeout_ms / 1000 + 1.0, handover
+            # usually a few ms (EndQuorumEpoch); bounded loosely here because CI machines are shared — the exact
+            # hand-over is checked deterministically in tests/controller/raft/test_raft_simulation.py
+            assert handover < (CFG.fetch_timeout_ms + CFG.request_timeout_ms) / 1000 + 1.0, handover
         finally:
             for n in nodes + [observer]:
                 if n.manager is not None:

@@ -385,8 +385,12 @@ class RaftClient:
 
     def _handle_vote_request(self, req: VoteRequest, now: int) -> None:
         def answer(granted: bool) -> None:
-            self.outbox.append((req.src, VoteResponse(self.node_id, self.epoch, self.leader_id, granted,
-                                                      req.candidate_epoch, req.pre_vote)))
+            # name the leader only when it is alive as far as this replica knows first-hand: a stale name would
+            # send the asker back to a leader that has resigned
+            alive = self.state is S.LEADER or (
+                self.state is S.FOLLOWER and now - self._leader_contact_ms < self.cfg.fetch_timeout_ms)
+            self.outbox.append((req.src, VoteResponse(self.node_id, self.epoch, self.leader_id if alive else -1,
+                                                      granted, req.candidate_epoch, req.pre_vote)))
 
         if req.src not in self.voters or not self.is_voter:
             answer(False)

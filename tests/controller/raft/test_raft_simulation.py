@@ -157,3 +157,48 @@ def test_quorum_state_rejects_damaged_text(text):
 def test_quorum_state_round_trip():
     s = ElectionState(7, 2, 3, (1, 2, 3))
     assert ElectionState.from_json(s.to_json()) == s
+
+
+def test_graceful_resignation_hands_over_without_waiting_for_a_timeout():
+    """EndQuorumEpoch: the most caught-up voter starts its election at once, and the others grant it."""
+    import random
+
+    now = 0
+    clients = {i: RaftClient(i, {1, 2, 3}, MemoryRaftLog(), MemoryElectionStore(), random.Random(i), now,
+                             RaftConfig(election_timeout_ms=300, fetch_timeout_ms=600)) for i in (1, 2, 3)}
+
+    def run_until(cond, limit_ms):
+        nonlocal now
+        end = now + limit_ms
+        while now < end:
+            for c in clients.values():
+                c.poll(now)
+            for _ in range(50):  # deliver every message, instantly
+                moved = False
+                for c in list(clients.values()):
+                    out, c.outbox = c.outbox, []
+                    for dst, msg in out:
+                        if dst in clients:
+                            clients[dst].handle(msg, now)
+                            moved = True
+                if not moved:
+                    break
+            if cond():
+                return now
+            now += 1
+        raise AssertionError("condition not reached")
+
+    run_until(lambda: any(c.is_leader for c in clients.values()), 5000)
+    leader = next(c for c in clients.values() if c.is_leader)
+    leader.append([b"x"], now)
+    run_until(lambda: all(c.high_watermark == leader.log.end_offset for c in clients.values()), 1000)
+    epoch = leader.epoch
+    start = now
+    leader.resign(now)
+    del clients[leader.node_id]  # it shuts down, after sending what resign() queued (EndQuorumEpoch)
+    out, leader.outbox = leader.outbox, []
+    assert {type(m).__name__ for _, m in out} == {"EndQuorumEpochRequest"}
+    for dst, msg in out:
+        clients[dst].handle(msg, now)
+    took = run_until(lambda: any(c.is_leader and c.epoch > epoch for c in clients.values()), 2000) - start
+    assert took < 50, f"hand-over took {took} ms; the fetch timeout is 600 ms"
