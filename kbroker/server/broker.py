@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kbroker.config import BrokerConfig, Listener
 from kbroker.server.apis import Apis
 from kbroker.server.network import KafkaConnection
+from kbroker.server.gc_policy import freeze_long_lived
 from kbroker.server.replica_manager import ReplicaManager
 
 if TYPE_CHECKING:
@@ -173,6 +174,7 @@ class Broker:
         self.controller.add_listener(self._apply_config_changes)
         self.group_coordinator.startup()  # loads __consumer_offsets partitions; follows metadata changes
         self.transaction_coordinator.startup()  # loads __transaction_state; finishes prepared transactions
+        freeze_long_lived("start-up")  # partitions loaded at start-up stay out of full collections
         loop = asyncio.get_running_loop()
         await self._start_metrics()
         controller_names = {n.upper() for n in self.config.get_list("controller.listener.names")}

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kbroker.protocol.errors import ErrorCode, KafkaError
+from kbroker.server.gc_policy import freeze_long_lived, thaw
 from kbroker.storage.producer_state import AppendOrigin
 
 if TYPE_CHECKING:
@@ -143,9 +144,11 @@ class ReplicaManager:
                     part.log.leader_epoch_cache.assign(p.leader_epoch, part.log.log_end_offset)
                 if part.leader == node_id:
                     part.maybe_increment_high_watermark()
-        for key in list(self.partitions):
-            if key not in wanted:
-                self._remove(key)
+        removed = [key for key in self.partitions if key not in wanted]
+        for key in removed:
+            self._remove(key)
+        if removed:
+            thaw()  # their cyclic garbage may be frozen: let the collector see it again
         if len(missing) <= SYNC_CREATE_LIMIT or not self._loop_running():
             for topic, p in missing:
                 try:
@@ -222,6 +225,7 @@ class ReplicaManager:
                         continue
                     lm.register(plan[key], plog)
                     self._add(now_topic, now_part, plog)
+                freeze_long_lived("partitions created")  # keeps full collections from growing with them
             log.info("created %d partition logs in %.1f s", len(missing), time.monotonic() - started)
 
         task = asyncio.get_running_loop().create_task(run())
