@@ -23,7 +23,9 @@ setup_python() {  # venv with kbroker (editable) and, for tests, the client libr
   local extras=$1
   local stamp=$VENV/.installed-$extras
   if [ ! -x "$PY" ]; then python3 -m venv "$VENV"; fi
-  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  # setup.py and the C source too: a changed record check must be rebuilt into the editable install
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
+     || [ kbroker/protocol/_recordcheck.c -nt "$stamp" ]; then
     "$PY" -m pip install -q --upgrade pip >/dev/null
     "$PY" -m pip install -q -e ".[$extras]"
     touch "$stamp"

@@ -7,6 +7,7 @@ lengths and varints set to extreme values, truncation, splicing with another fra
   ``DecodeError`` (what makes the server close the connection) — never another exception, never a hang;
 * a record batch inside (or the mutated bytes as a batch) either validates, or raises ``KafkaError``
   (CORRUPT_MESSAGE / INVALID_RECORD), and decoding its records never raises anything else;
+* the compiled record structure check and its Python twin agree on every batch's record bytes;
 * no single input allocates without bound (a 2 GB length prefix must be refused, not allocated): each input is
   run under a time budget and a check of the process's peak memory growth.
 
@@ -28,7 +29,8 @@ from kbroker.protocol import codec
 from kbroker.protocol.api_keys import REQUESTS
 from kbroker.protocol.errors import KafkaError
 from kbroker.protocol.headers import decode_request_header, peek_key_version
-from kbroker.protocol.records import RecordBatch, iter_batches
+from kbroker.protocol.record_check import IMPLEMENTATION, check_records, check_records_py
+from kbroker.protocol.records import BATCH_HEADER_SIZE, RecordBatch, iter_batches
 
 GOLDEN = Path(__file__).resolve().parents[2] / "tests" / "golden"
 EXTREMES = [0, 1, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF]
@@ -85,7 +87,7 @@ def _mutate(rng: random.Random, data: bytes, corpus: list[bytes]) -> bytes:
     return bytes(buf)
 
 
-STATS = {"decoded": 0, "refused": 0, "unknown_api": 0, "batches": 0, "bad_batches": 0}
+STATS = {"decoded": 0, "refused": 0, "unknown_api": 0, "batches": 0, "bad_batches": 0, "record_checks": 0}
 
 
 def check_one(frame: bytes) -> None:
@@ -132,6 +134,7 @@ def check_batches(data: bytes) -> None:
         raise FuzzFailure(f"iter_batches raised {type(exc).__name__}: {exc}") from exc
     for b in batches:
         STATS["batches"] += 1
+        check_record_structure_agrees(b)
         try:
             b.validate()
             b.validate_records()
@@ -142,6 +145,20 @@ def check_batches(data: bytes) -> None:
             continue
         except Exception as exc:
             raise FuzzFailure(f"record batch: {type(exc).__name__}: {exc}") from exc
+
+
+def check_record_structure_agrees(b: RecordBatch) -> None:
+    """The compiled record check and its Python twin give the same answer on the batch's (uncompressed)
+    record bytes, whatever the CRC says (kbroker/protocol/record_check.py)."""
+    if b.compression or len(b.buffer) < BATCH_HEADER_SIZE:
+        return
+    payload = bytes(b.buffer[BATCH_HEADER_SIZE:])
+    count = b.records_count
+    expected = check_records_py(payload, count)
+    got = check_records(payload, count)
+    if got != expected:
+        raise FuzzFailure(f"record check ({IMPLEMENTATION}) answered {got!r}, the Python check {expected!r}")
+    STATS["record_checks"] += 1
 
 
 def run(inputs: int, seed: int, report: Callable[[str], None] | None = None, budget_s: float = 1.0) -> dict:

@@ -4,9 +4,10 @@ Behavior:
 * acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS); acks=0 writes no response, and closes the
   connection instead when a partition failed, as Kafka does;
 * each partition must carry exactly one magic-2 batch (INVALID_RECORD otherwise), checked from its 61-byte
-  header and CRC-32C (CORRUPT_MESSAGE on a bad CRC, wrong magic or bad lengths); a compressed batch is
-  decompressed once by its codec library (no per-record decoding) and a payload that is not valid for the
-  codec is CORRUPT_MESSAGE;
+  header and CRC-32C (CORRUPT_MESSAGE on a bad CRC, wrong magic or bad lengths); then every record's
+  structure, after decompression for a compressed batch, in compiled code (``check_record_structure``):
+  INVALID_RECORD with the bad record's index in the record errors (v8+), CORRUPT_MESSAGE for a payload
+  that is not valid for its codec;
   zstd needs v7+ (UNSUPPORTED_COMPRESSION_TYPE); a batch above ``max.message.bytes`` is MESSAGE_TOO_LARGE;
 * the batch is stored as sent; only its base offset and partition leader epoch are rewritten;
 * idempotent batches (producer id >= 0; a negative base sequence is INVALID_RECORD) go through the
@@ -42,6 +43,7 @@ import struct
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import CorruptRecordError, ErrorCode, KafkaError, RecordErrors
 from kbroker.protocol.messages import ProduceRequest, ProduceResponse
+from kbroker.protocol.record_check import check_records
 from kbroker.protocol.records import (
     ATTRIBUTES_OFFSET,
     BATCH_HEADER_SIZE,
@@ -89,32 +91,32 @@ def validate_batches(records, api_version: int, max_message_bytes: int) -> memor
                          f"invalid sequence {batch.base_sequence} in a batch of producer {batch.producer_id}")
     if batch.size > max_message_bytes:
         raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE)
-    if batch.compression:
-        check_compressed_payload(batch)
+    check_record_structure(batch)
     return memoryview(records)
 
 
-# The smallest encoded record: length, attributes, timestamp delta, offset delta, key length, value length
-# and header count, one byte each.
-MIN_RECORD_SIZE = 7
-
-
-def check_compressed_payload(batch: RecordBatch) -> None:
-    """Decompress the records once (in the codec library, no per-record work) so a batch whose payload is
-    not valid for its codec never reaches the log; Kafka rejects those with CORRUPT_MESSAGE too.
-
-    The decompressed size must also be able to hold ``records_count`` records, else INVALID_RECORD.
+def check_record_structure(batch: RecordBatch) -> None:
+    """Kafka's LogValidator reads every record before anything is appended; so does this, in the compiled
+    check of kbroker/protocol/record_check.py (a few ms per GB). A compressed batch is decompressed once
+    (in its codec library) and its records checked after decompression; a payload that is not valid for its
+    codec is CORRUPT_MESSAGE. A malformed record (length, varints, key/value/header lengths, offset delta
+    not its index, fewer records than the header's count) is INVALID_RECORD naming that record's index in
+    the record errors of Produce v8+ (KIP-467); bytes left after the last record are INVALID_RECORD.
     """
     payload = batch.buffer[BATCH_HEADER_SIZE:]
-    try:
-        plain = decompress(batch.compression, payload)
-    except CorruptRecordError:
-        raise
-    except Exception as exc:  # a codec library's own error type
-        raise CorruptRecordError(f"records do not decompress: {exc}") from None
-    if len(plain) < batch.records_count * MIN_RECORD_SIZE:
-        raise KafkaError(ErrorCode.INVALID_RECORD,
-                         f"{batch.records_count} records cannot fit in {len(plain)} decompressed bytes")
+    if batch.compression:
+        try:
+            payload = decompress(batch.compression, payload)
+        except CorruptRecordError:
+            raise
+        except Exception as exc:  # a codec library's own error type
+            raise CorruptRecordError(f"records do not decompress: {exc}") from None
+    fault = check_records(payload, batch.records_count)
+    if fault is not None:
+        index, message = fault
+        if index < 0:
+            raise KafkaError(ErrorCode.INVALID_RECORD, message)
+        raise RecordErrors(ErrorCode.INVALID_RECORD, [(index, message)])
 
 
 def has_transactional_records(request: ProduceRequest) -> bool:
