@@ -20,10 +20,12 @@ END = "<!-- api-table:end -->"
 
 def table() -> str:
     from kbroker.protocol.api_keys import REQUESTS, ApiKey
-    from kbroker.server.apis import advertised_range, load_handlers
+    from kbroker.server.apis import advertised_range, controller_only, load_handlers
 
     rows = ["| Key | API | Advertised | Handled | Kafka 4.3.1 |", "|---:|---|---|---|---|"]
     for key, mod in sorted(load_handlers().items()):
+        if controller_only(mod):
+            continue  # the quorum's own APIs, on controller listeners only (docs/cluster.md)
         adv = advertised_range(mod)
         spec = REQUESTS[key].VALID_VERSIONS
         name = "".join(p.capitalize() for p in ApiKey(key).name.split("_"))

@@ -221,18 +221,44 @@ class QuorumController:
         self._listeners: list[MetadataListener] = []
         self._lock = threading.RLock()
         self._started = False
+        #: KRaft with other voters (``controller.quorum.voters`` names nodes besides this one): writes go through
+        #: the Raft quorum (kbroker/server/metadata_quorum.py sets ``raft_append``) and readers see only what
+        #: the quorum committed (``apply_committed``); planning sees the leader's appended, uncommitted writes.
+        self.quorum_voters = parse_quorum_voters(config.get("controller.quorum.voters"))
+        self.raft_mode = bool(self.quorum_voters) and set(self.quorum_voters) != {self.node_id}
+        self._committed: MetadataImage | None = None
+        self._active = False
+        self._epoch_start = 0
+        self.raft_append: Callable[[list[bytes]], int] | None = None
+        self.raft_end_offset: Callable[[], int] | None = None
+        #: the offset of the last record this controller appended (raft mode): a write is durable once committed
+        self.last_appended_offset = -1
 
     # ---- public state ----
     @property
     def image(self) -> MetadataImage:
         """The current (committed) metadata image."""
+        if self.raft_mode:
+            if self._committed is None:
+                raise RuntimeError("QuorumController.startup() has not run")
+            return self._committed
+        if self._image is None:
+            raise RuntimeError("QuorumController.startup() has not run")
+        return self._image
+
+    @property
+    def latest_image(self) -> MetadataImage:
+        """The image the next write is planned on: the committed image plus this leader's appended writes."""
         if self._image is None:
             raise RuntimeError("QuorumController.startup() has not run")
         return self._image
 
     @property
     def is_active(self) -> bool:
-        """True while this node leads the metadata quorum (always, once started, for a quorum of one)."""
+        """True while this node is the active controller: always once started for a quorum of one; with other
+        voters, while it leads the Raft quorum and has applied everything committed before its epoch."""
+        if self.raft_mode:
+            return self._started and self._active
         return self._started
 
     def add_listener(self, callback: MetadataListener) -> None:
@@ -253,6 +279,13 @@ class QuorumController:
                 return
             self._ensure_meta_properties()
             self._open_log()
+            if self.raft_mode:
+                # Nothing is applied until the quorum says what is committed (apply_committed).
+                self._image = self._committed = MetadataImage.empty(self.cluster_id)
+                self._started = True
+                log.info("metadata controller opened the log for the quorum %s: cluster %s, node %d",
+                         sorted(self.quorum_voters), self.cluster_id, self.node_id)
+                return
             image, last_epoch, open_txn = self._replay_log()
             self._image = image
             # Bootstrap until the records are committed (also covers a crash during the first start).
@@ -274,7 +307,7 @@ class QuorumController:
             if "broker" in self.config.process_roles:
                 self.register_broker()
             log.info("metadata controller ready: cluster %s, node %d, epoch %d, metadata offset %d",
-                     self.cluster_id, self.node_id, self.leader_epoch, self.image.offset)
+                     self.cluster_id, self.node_id, self.leader_epoch, self.latest_image.offset)
 
     def shutdown(self) -> None:
         with self._lock:
@@ -507,9 +540,11 @@ class QuorumController:
         from kbroker.protocol.records import build_batch
 
         if not records:
-            return self.image
+            return self.latest_image
         if not self._started or self._log is None:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "the metadata controller is not running")
+        if self.raft_mode:
+            return self._append_to_quorum(list(records))
         records = list(records)
         values = [encode_metadata_record(r) for r in records]
         chunks = _chunk(values)
@@ -518,7 +553,7 @@ class QuorumController:
             values = [encode_metadata_record(records[0]), *values, encode_metadata_record(records[-1])]
             chunks = _chunk(values)
         base = self._log.log_end_offset
-        old = self.image
+        old = self.latest_image
         delta = MetadataDelta(old)
         for i, rec in enumerate(records):
             delta.replay(rec, base + i)  # raises before anything is written if a record cannot apply
@@ -546,6 +581,68 @@ class QuorumController:
                 log.exception("metadata listener %r failed", cb)
         return new_image
 
+    # ---- the metadata quorum (raft mode) ----
+    def _append_to_quorum(self, records: list[Any]) -> MetadataImage:
+        """Append ``records`` as one batch to the Raft log (atomic: one batch is committed whole or not at all)
+        and return the image planned with them; listeners hear of them when the quorum commits them."""
+        if not self._active or self.raft_append is None or self.raft_end_offset is None:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"node {self.node_id} is not the active controller")
+        base = self.raft_end_offset()
+        delta = MetadataDelta(self.latest_image)
+        for i, rec in enumerate(records):
+            delta.replay(rec, base + i)  # raises before anything is written if a record cannot apply
+        new_image = delta.apply()
+        last = self.raft_append([encode_metadata_record(r) for r in records])
+        if last != base + len(records) - 1:
+            raise MetadataStorageError(f"metadata records appended up to {last}, expected {base + len(records) - 1}")
+        self._image = new_image
+        self.last_appended_offset = last
+        return new_image
+
+    def apply_committed(self, batches: Iterable[Any]) -> None:
+        """Replay committed record batches (``RecordBatch`` views, in offset order) into the committed image and
+        tell the listeners. A standby or broker's view follows the committed image."""
+        with self._lock:
+            old = self.image
+            delta = MetadataDelta(old)
+            moved = False
+            for batch in batches:
+                moved = True
+                if batch.is_control:
+                    delta.advance_offset(batch.last_offset)
+                    continue
+                for rec in batch.records():
+                    delta.replay(decode_metadata_record(rec.value), rec.offset)
+            if not moved:
+                return
+            new = delta.apply()
+            self._committed = new
+            if not self._active:
+                self._image = new
+            changes = delta.changes()
+        for cb in list(self._listeners):
+            try:
+                cb(old, new, changes)
+            except Exception:  # a listener's bug must not stop the replay
+                log.exception("metadata listener %r failed", cb)
+
+    def activate(self, epoch: int) -> None:
+        """This node leads the quorum in ``epoch`` and has applied every record committed before it."""
+        with self._lock:
+            self.leader_epoch = epoch
+            self._image = self.image
+            self._active = True
+            log.info("node %d is the active controller in epoch %d (metadata offset %d)", self.node_id, epoch,
+                     self.image.offset)
+
+    def renounce(self) -> None:
+        """Leadership lost: forget the writes that were appended but not committed."""
+        with self._lock:
+            if self._active:
+                log.info("node %d is no longer the active controller", self.node_id)
+            self._active = False
+            self._image = self.image
+
     # ---- broker registration ----
     def _security_protocol(self, listener: str) -> int:
         mapping: dict[str, str] = {}
@@ -560,21 +657,40 @@ class QuorumController:
         wanted = {os.path.abspath(d) for d in self.config.log_dirs}
         return [dir_id for d, dir_id in self.directory_ids.items() if os.path.abspath(d) in wanted]
 
-    def register_broker(self, endpoints: Sequence[Endpoint] | None = None) -> BrokerRegistration:
-        """(Re-)register this node as a broker and unfence it; returns the registration.
+    def local_endpoints(self) -> list[Endpoint]:
+        """This node's advertised listeners as registration endpoints."""
+        return [Endpoint(l.name, l.host, l.port, self._security_protocol(l.name))
+                for l in self.config.advertised_listeners]
+
+    def register_broker(self, endpoints: Sequence[Endpoint] | None = None, *, broker_id: int | None = None,
+                        incarnation_id: bytes | None = None, rack: str | None = None,
+                        log_dirs: Sequence[bytes] | None = None) -> BrokerRegistration:
+        """(Re-)register a broker (this node by default) and unfence it; returns the registration.
 
         ``endpoints`` defaults to the configured advertised listeners; the server may call this again once
-        its sockets are bound (e.g. with the real ports of listeners configured with port 0).
+        its sockets are bound (e.g. with the real ports of listeners configured with port 0). The other
+        arguments are those of a BrokerRegistration request from another node (raft mode). Raises
+        ``KafkaError(NOT_CONTROLLER)`` on a node that is not the active controller.
         """
         with self._lock:
+            remote = broker_id is not None and broker_id != self.node_id
             if endpoints is None:
-                endpoints = [Endpoint(l.name, l.host, l.port, self._security_protocol(l.name))
-                             for l in self.config.advertised_listeners]
-            rack = self.config.get("broker.rack").strip() or None
-            broker_epoch = self._log.log_end_offset  # Kafka's broker epoch is the registration's offset
+                endpoints = self.local_endpoints()
+            if not remote:
+                broker_id, incarnation_id = self.node_id, self.incarnation_id
+                rack = self.config.get("broker.rack").strip() or None
+                log_dirs = self._data_dir_ids()
+            existing = self.latest_image.brokers.get(broker_id)
+            if (remote and existing is not None and existing.incarnation_id != incarnation_id
+                    and not existing.fenced):
+                raise KafkaError(ErrorCode.DUPLICATE_BROKER_REGISTRATION,
+                                 f"another broker is registered with id {broker_id}")
+            # Kafka's broker epoch is the registration's offset
+            broker_epoch = self.raft_end_offset() if self.raft_mode and self.raft_end_offset else \
+                self._log.log_end_offset
             reg = RegisterBrokerRecord(
-                broker_id=self.node_id,
-                incarnation_id=self.incarnation_id,
+                broker_id=broker_id,
+                incarnation_id=incarnation_id,
                 broker_epoch=broker_epoch,
                 end_points=[RegisterBrokerRecord.BrokerEndpoint(name=e.listener, host=e.host, port=e.port,
                                                                 security_protocol=e.security_protocol)
@@ -584,16 +700,16 @@ class QuorumController:
                           for n, (lo, hi) in SUPPORTED_FEATURES.items()],
                 rack=rack,
                 fenced=True,
-                log_dirs=self._data_dir_ids(),
+                log_dirs=list(log_dirs or []),
                 cordoned_log_dirs=[],
             )
-            unfence = BrokerRegistrationChangeRecord(broker_id=self.node_id, broker_epoch=broker_epoch, fenced=-1)
+            unfence = BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=broker_epoch, fenced=-1)
             image = self._commit([reg, unfence])
-            return image.brokers[self.node_id]
+            return image.brokers[broker_id]
 
     # ---- topics ----
     def _default_dir(self, broker_id: int) -> bytes:
-        reg = self.image.brokers.get(broker_id)
+        reg = self.latest_image.brokers.get(broker_id)
         if reg is not None and len(reg.log_dirs) == 1:
             return reg.log_dirs[0]
         return ZERO_UUID  # unassigned: the broker picks a directory
@@ -609,7 +725,7 @@ class QuorumController:
         are committed together in one batch; with ``validate_only`` nothing is written.
         """
         with self._lock:
-            image = self.image
+            image = self.latest_image
             counts: dict[str, int] = {}
             for spec in topics:
                 counts[spec.name] = counts.get(spec.name, 0) + 1
@@ -750,14 +866,14 @@ class QuorumController:
             refused: dict[str, tuple[str, int, str | None]] = {}
             planned = 0
             for name, count, assignments in topics:
-                topic = self.image.topics_by_name.get(name)
+                topic = self.latest_image.topics_by_name.get(name)
                 extra = count - len(topic.partitions) if topic is not None else 0
                 if extra > MAX_PARTITIONS_PER_REQUEST - planned:
                     refused[name] = (name, ErrorCode.POLICY_VIOLATION, EXCESSIVE_BATCH_MESSAGE)
                     continue
                 planned += max(0, extra)
                 allowed.append((name, count, assignments))
-            records, results = plan_create_partitions(self.image, allowed, self._default_dir)
+            records, results = plan_create_partitions(self.latest_image, allowed, self._default_dir)
             if refused:
                 by_name = {r[0]: r for r in results}
                 by_name.update(refused)
@@ -775,7 +891,7 @@ class QuorumController:
         """ElectLeaders: PREFERRED (0) or UNCLEAN (1) for the given partitions (None: all). Raises
         ``KafkaError(INVALID_REQUEST)`` for an unknown election type."""
         with self._lock:
-            records, results = plan_elect_leaders(self.image, election_type, topic_partitions)
+            records, results = plan_elect_leaders(self.latest_image, election_type, topic_partitions)
             if records:
                 self._commit(records)
             return results
@@ -785,14 +901,14 @@ class QuorumController:
                                       ) -> list[tuple[str, list[tuple[int, int, str | None]]]]:
         """AlterPartitionReassignments: ``topics`` maps names to (partition, target replicas or None = cancel)."""
         with self._lock:
-            records, results = plan_alter_partition_reassignments(self.image, topics, allow_replication_factor_change)
+            records, results = plan_alter_partition_reassignments(self.latest_image, topics, allow_replication_factor_change)
             if records:
                 self._commit(records)
             return results
 
     def list_partition_reassignments(self, topics: Sequence[tuple[str, Sequence[int]]] | None = None) -> list[Any]:
         """Ongoing reassignments as ``[(topic, [PartitionImage])]`` (see ``replication_control``)."""
-        return list_partition_reassignments(self.image, topics)
+        return list_partition_reassignments(self.latest_image, topics)
 
     def delete_topics(self, names_or_ids: Sequence[str | bytes]) -> list[DeleteTopicResult]:
         """Delete topics given by name (str) or topic id (16 bytes). One result per entry, in order.
@@ -802,7 +918,7 @@ class QuorumController:
         Each deleted topic gets a RemoveTopicRecord; replaying it also drops the topic's configs.
         """
         with self._lock:
-            image = self.image
+            image = self.latest_image
             results: list[DeleteTopicResult] = []
             records: list[Any] = []
             counts: dict[str | bytes, int] = {}
@@ -850,7 +966,7 @@ class QuorumController:
         :mod:`kbroker.controller.config_control`)."""
         with self._lock:
             records, results = plan_incremental_alter_configs(
-                self.image, self.node_id, resources, self.config.get_bool("remote.log.storage.system.enable"))
+                self.latest_image, self.node_id, resources, self.config.get_bool("remote.log.storage.system.enable"))
             if records and not validate_only:
                 self._commit(records)
             return results
@@ -860,7 +976,7 @@ class QuorumController:
         """Legacy AlterConfigs: each resource's dynamic configs become exactly ``[(key, value)]``."""
         with self._lock:
             records, results = plan_legacy_alter_configs(
-                self.image, self.node_id, resources, self.config.get_bool("remote.log.storage.system.enable"))
+                self.latest_image, self.node_id, resources, self.config.get_bool("remote.log.storage.system.enable"))
             if records and not validate_only:
                 self._commit(records)
             return results
@@ -876,7 +992,7 @@ class QuorumController:
                 if level != 0 and not lo <= level <= hi:
                     raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION,
                                      f"{name} level {level} is outside the supported range [{lo}, {hi}]")
-                if name == "metadata.version" and level < self.image.metadata_version:
+                if name == "metadata.version" and level < self.latest_image.metadata_version:
                     raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, "metadata.version cannot be downgraded")
             return self._commit([FeatureLevelRecord(name=n, feature_level=lvl) for n, lvl in levels.items()])
 
@@ -887,16 +1003,30 @@ class QuorumController:
         with self._lock:
             if block_size <= 0:
                 raise ValueError("block_size must be positive")
-            first = self.image.producer_ids_next
+            first = self.latest_image.producer_ids_next
             if first > _LONG_MAX - block_size:
                 raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "Exhausted all producerIds")
             if broker_id is None:
                 broker_id = self.node_id
-                reg = self.image.brokers.get(broker_id)
+                reg = self.latest_image.brokers.get(broker_id)
                 broker_epoch = reg.broker_epoch if reg is not None else -1
             self._commit([ProducerIdsRecord(broker_id=broker_id, broker_epoch=broker_epoch,
                                             next_producer_id=first + block_size)])
             return first, block_size
+
+
+def parse_quorum_voters(value: str) -> dict[int, tuple[str, int]]:
+    """``controller.quorum.voters`` (``id@host:port,...``) -> {node id: (host, port)}. Raises ValueError with
+    Kafka's kind of message for a malformed entry."""
+    voters: dict[int, tuple[str, int]] = {}
+    for item in (x.strip() for x in value.split(",")):
+        if not item:
+            continue
+        m = re.fullmatch(r"(\d+)@\[?([^\]@]*?)\]?:(\d+)", item)
+        if m is None:
+            raise ValueError(f"Invalid value {item} for controller.quorum.voters: expected id@host:port")
+        voters[int(m.group(1))] = (m.group(2), int(m.group(3)))
+    return voters
 
 
 def _chunk(values: list[bytes]) -> list[list[bytes]]:

@@ -81,6 +81,9 @@ def create_internal_topic(controller: Any, name: str, num_partitions: int, repli
                            configs=configs)
     try:
         result = controller.create_topics([spec])[0]
+    except KafkaError as exc:  # NOT_CONTROLLER: in a cluster, only the active controller creates topics
+        log.info("cannot create %s here: %s", name, exc)
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
     except Exception:
         log.exception("creating %s failed", name)
         return ErrorCode.COORDINATOR_NOT_AVAILABLE

@@ -77,6 +77,13 @@ def advertised_range(mod: ModuleType) -> range:
     return getattr(mod, "ADVERTISED", mod.VERSIONS)
 
 
+def controller_only(mod: ModuleType) -> bool:
+    """Handlers of the controller quorum's own APIs (Vote, BeginQuorumEpoch, EndQuorumEpoch, BrokerRegistration)
+    declare ``LISTENERS = ("controller",)``: they are answered and advertised only on the listeners named in
+    ``controller.listener.names``, as Kafka's controllers do; clients on a broker listener never see them."""
+    return tuple(getattr(mod, "LISTENERS", ("broker",))) == ("controller",)
+
+
 class Apis:
     """The handler table and the code that runs one request frame through it."""
 
@@ -84,11 +91,16 @@ class Apis:
         self.broker = broker
         self.handlers = load_handlers()
         self.request_counts: dict[int, int] = {}
+        self.controller_listeners = {n.upper() for n in broker.config.get_list("controller.listener.names")}
 
-    def supported_versions(self) -> list[tuple[int, int, int]]:
-        """(api_key, min, max) rows for ApiVersions, sorted by key."""
+    def supported_versions(self, listener: str | None = None) -> list[tuple[int, int, int]]:
+        """(api_key, min, max) rows for ApiVersions on ``listener``, sorted by key (controller-only APIs only
+        on a controller listener)."""
+        on_controller = listener is not None and listener.upper() in self.controller_listeners
         rows = []
         for key, mod in sorted(self.handlers.items()):
+            if controller_only(mod) and not on_controller:
+                continue
             rng = advertised_range(mod)
             rows.append((key, rng.start, rng.stop - 1))
         return rows
@@ -103,6 +115,8 @@ class Apis:
         if api_key == ApiKey.API_VERSIONS and mod is not None and api_version not in mod.VERSIONS:
             if api_version > mod.VERSIONS.stop - 1:
                 return self._api_versions_fallback(correlation_id)
+        if mod is not None and controller_only(mod) and conn.listener_name.upper() not in self.controller_listeners:
+            mod = None  # a controller API on a broker listener: unknown here, as in Kafka
         if mod is None:
             raise CloseConnection(f"unknown API key {api_key}")
         if api_version not in mod.VERSIONS:

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: how long a node of a cluster waits at start-up for its metadata quorum to elect a leader and commit
+QUORUM_STARTUP_TIMEOUT_S = 120.0
+
 class ListenerBindError(Exception):
     """A listener's address cannot be bound (in use, not an address of this machine, no permission)."""
 
@@ -46,6 +49,12 @@ class Broker:
         self.config = config
         self.node_id = config.node_id
         self.controller = QuorumController(config)
+        #: the controller on Raft when ``controller.quorum.voters`` names other nodes (else None: a quorum of one)
+        self.metadata_quorum: Any = None
+        if self.controller.raft_mode:
+            from kbroker.server.metadata_quorum import MetadataQuorum
+
+            self.metadata_quorum = MetadataQuorum(self.controller)
         self.log_manager = LogManager(
             config.log_dirs, self.default_log_config(),
             producer_id_expiration_ms=config.get_int("producer.id.expiration.ms"),
@@ -161,6 +170,15 @@ class Broker:
         # One process per data directory (Kafka's .lock): taken before anything is written or formatted.
         self.dir_locks.acquire([*self.config.log_dirs, self.config.metadata_log_dir])
         self.controller.startup()
+        controller_names = {n.upper() for n in self.config.get_list("controller.listener.names")}
+        if self.metadata_quorum is not None:
+            # The quorum first: its peers must reach this node's controller listener before anything else can
+            # start, and nothing below may look at metadata that the quorum has not committed.
+            for lst in self.config.listeners:
+                if lst.name in controller_names:
+                    await self._bind(lst)
+            await self.metadata_quorum.start()
+            await self.metadata_quorum.wait_caught_up(QUORUM_STARTUP_TIMEOUT_S)
         await asyncio.to_thread(self.log_manager.startup)
         image = self.controller.image
 
@@ -177,35 +195,47 @@ class Broker:
         freeze_long_lived("start-up")  # partitions loaded at start-up stay out of full collections
         loop = asyncio.get_running_loop()
         await self._start_metrics()
-        controller_names = {n.upper() for n in self.config.get_list("controller.listener.names")}
         for lst in self.config.listeners:
-            if lst.name in controller_names and "broker" in self.config.process_roles:
-                # a combined node answers the controller listener too (Raft RPCs come with the quorum issue)
-                pass
-            try:
-                server = await loop.create_server(
-                    lambda name=lst.name: KafkaConnection(self, name), host=lst.host or None, port=lst.port,
-                    reuse_address=True, backlog=1024)
-            except OSError as exc:
-                reason = (exc.strerror or str(exc)).rsplit(": ", 1)[-1].lower()
-                raise ListenerBindError(f"listener {lst.name} cannot bind {lst.host or '0.0.0.0'}:{lst.port}: "
-                                        f"{reason}") from None
-            self.servers.append(server)
-            sock = server.sockets[0]
-            self.bound_ports[lst.name] = sock.getsockname()[1]
-        if any(lst.port == 0 for lst in self.config.advertised_listeners):
-            # ephemeral ports are known only now: register the endpoints clients must use
-            from kbroker.controller.image import Endpoint
+            if lst.name not in self.bound_ports:
+                await self._bind(lst)
+        from kbroker.controller.image import Endpoint
 
-            self.controller.register_broker([
-                Endpoint(lst.name, lst.host, self.bound_ports.get(lst.name, lst.port), 0)
-                for lst in (self.advertised_listener(x.name) for x in self.config.advertised_listeners) if lst])
+        endpoints = [Endpoint(lst.name, lst.host, self.bound_ports.get(lst.name, lst.port),
+                              self.controller._security_protocol(lst.name))
+                     for lst in (self.advertised_listener(x.name) for x in self.config.advertised_listeners) if lst]
+        if self.metadata_quorum is not None:
+            if "broker" in self.config.process_roles:
+                self._tasks.append(loop.create_task(self.metadata_quorum.register(endpoints)))
+        elif any(lst.port == 0 for lst in self.config.advertised_listeners):
+            # ephemeral ports are known only now: register the endpoints clients must use
+            self.controller.register_broker(endpoints)
         self._tasks.append(loop.create_task(self._periodic()))
         self._tasks.append(loop.create_task(self._sweep_connections()))
         self._tasks.append(loop.create_task(self._clean_logs()))
         ports = ", ".join(f"{k}:{v}" for k, v in self.bound_ports.items())
         log.info("started (kbroker node %d, cluster %s, listeners %s)", self.node_id,
                  self.controller.image.cluster_id, ports)
+
+    async def _bind(self, lst: Any) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            server = await loop.create_server(
+                lambda name=lst.name: KafkaConnection(self, name), host=lst.host or None, port=lst.port,
+                reuse_address=True, backlog=1024)
+        except OSError as exc:
+            reason = (exc.strerror or str(exc)).rsplit(": ", 1)[-1].lower()
+            raise ListenerBindError(f"listener {lst.name} cannot bind {lst.host or '0.0.0.0'}:{lst.port}: "
+                                    f"{reason}") from None
+        self.servers.append(server)
+        sock = server.sockets[0]
+        self.bound_ports[lst.name] = sock.getsockname()[1]
+
+    @property
+    def controller_id(self) -> int:
+        """The active controller's node id for Metadata / DescribeCluster (-1 while the quorum has no leader)."""
+        if self.metadata_quorum is not None:
+            return self.metadata_quorum.leader_id
+        return self.node_id
 
     async def _periodic(self) -> None:
         """Flush by time, retention, checkpoints and purge of deleted segments."""
@@ -298,6 +328,8 @@ class Broker:
         self.dir_locks.release()
 
     async def stop(self) -> None:
+        if self.metadata_quorum is not None:
+            await self.metadata_quorum.stop()  # a leader resigns first (EndQuorumEpoch)
         for server in self.servers:
             server.close()
         for conn in list(self.connections):

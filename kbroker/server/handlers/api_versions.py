@@ -29,7 +29,7 @@ _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 async def handle(ctx, request: ApiVersionsRequest) -> ApiVersionsResponse:
     broker = ctx.broker
     keys = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-            for k, lo, hi in broker.apis.supported_versions()]
+            for k, lo, hi in broker.apis.supported_versions(ctx.listener_name)]
     resp = ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=keys)
     if ctx.api_version >= 3:
         name, version = request.client_software_name, request.client_software_version

@@ -62,3 +62,36 @@ def authorized_ops(ctx, resource_type: int, name: str, requested: bool) -> int:
     if not requested:
         return NOT_REQUESTED
     return authorized_operations(ctx.broker.authorizer, ANONYMOUS, ResourceType(resource_type), name)
+
+
+async def metadata_committed(broker) -> tuple[int, str | None]:
+    """In a cluster (``controller.quorum.voters`` with other voters), wait until the metadata this request wrote
+    is committed by the quorum; returns ``(error code, message)``: NONE, NOT_CONTROLLER (leadership lost first)
+    or REQUEST_TIMED_OUT. A quorum of one commits on its own fsync: always NONE at once."""
+    from kbroker.protocol.errors import ErrorCode, KafkaError
+
+    quorum = broker.metadata_quorum
+    if quorum is None:
+        return ErrorCode.NONE, None
+    try:
+        await quorum.wait_committed()
+    except KafkaError as exc:
+        return exc.code, exc.message
+    return ErrorCode.NONE, None
+
+
+async def committed_results(ctx, write, n: int, validate_only: bool) -> list[tuple[int, str | None]]:
+    """Run a controller write returning ``[(error code, message)]`` per resource and, in a cluster, wait for the
+    quorum to commit it; a NOT_CONTROLLER or REQUEST_TIMED_OUT replaces the NONE results."""
+    from kbroker.protocol.errors import ErrorCode, KafkaError
+
+    try:
+        results = list(write())
+    except KafkaError as exc:  # NOT_CONTROLLER: this node does not lead the metadata quorum
+        return [(exc.code, exc.message)] * n
+    if validate_only:
+        return results
+    code, message = await metadata_committed(ctx.broker)
+    if code:
+        results = [(code, message) if c == ErrorCode.NONE else (c, m) for c, m in results]
+    return results

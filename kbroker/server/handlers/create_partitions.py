@@ -34,7 +34,17 @@ async def handle(ctx, request: CreatePartitionsRequest) -> R:
             continue
         topics.append((t.name, t.count,
                        [list(a.broker_ids) for a in t.assignments] if t.assignments is not None else None))
-    results = ctx.broker.controller.create_partitions(topics, validate_only=request.validate_only)
+    from kbroker.protocol.errors import KafkaError
+    from kbroker.server.handlers import common
+
+    try:
+        results = ctx.broker.controller.create_partitions(topics, validate_only=request.validate_only)
+        code, message = (ErrorCode.NONE, None) if request.validate_only else \
+            await common.metadata_committed(ctx.broker)  # in a cluster: once the quorum committed
+    except KafkaError as exc:  # NOT_CONTROLLER: this node does not lead the metadata quorum
+        results, code, message = [(name, exc.code, exc.message) for name, _, _ in topics], ErrorCode.NONE, None
+    if code:
+        results = [(r[0], code, message) if r[1] == ErrorCode.NONE else r for r in results]
     by_name = {r[0]: r for r in results}
     by_name.update(refused)
     names = list(dict.fromkeys(t.name for t in request.topics))

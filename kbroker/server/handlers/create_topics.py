@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections import Counter
 
 from kbroker.protocol.api_keys import ApiKey
-from kbroker.protocol.errors import ErrorCode
+from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import CreateTopicsRequest, CreateTopicsResponse as R
+from kbroker.server.handlers import common
 
 API_KEY = ApiKey.CREATE_TOPICS
 VERSIONS = range(2, 8)
@@ -60,6 +61,15 @@ async def create_in_slices(ctx, specs, validate_only: bool) -> dict:
     controller = ctx.broker.controller
     default = ctx.broker.config.num_partitions
     results: dict = {}
+
+    def create(batch: list) -> None:
+        try:
+            for r in controller.create_topics(batch, validate_only=validate_only):
+                results[r.name] = r
+        except KafkaError as exc:  # NOT_CONTROLLER: this node does not lead the metadata quorum
+            for spec in batch:
+                results[spec.name] = CreateTopicResult(spec.name, exc.code, exc.message)
+
     used = 0
     batch: list = []
     batch_partitions = 0
@@ -73,15 +83,19 @@ async def create_in_slices(ctx, specs, validate_only: bool) -> dict:
             continue
         used += n
         if batch and batch_partitions + n > SLICE_PARTITIONS:
-            for r in controller.create_topics(batch, validate_only=validate_only):
-                results[r.name] = r
+            create(batch)
             batch, batch_partitions = [], 0
             await asyncio.sleep(0)
         batch.append(spec)
         batch_partitions += n
     if batch:
-        for r in controller.create_topics(batch, validate_only=validate_only):
-            results[r.name] = r
+        create(batch)
+    if not validate_only:  # in a cluster, answer once the quorum has committed the topics
+        code, message = await common.metadata_committed(ctx.broker)
+        if code:
+            for name, r in list(results.items()):
+                if r.error_code == ErrorCode.NONE:
+                    results[name] = CreateTopicResult(name, code, message)
     return results
 
 

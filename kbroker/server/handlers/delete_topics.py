@@ -10,7 +10,7 @@ Version notes: v5 error messages; v6 topics by name or id.
 from __future__ import annotations
 
 from kbroker.protocol.api_keys import ApiKey
-from kbroker.protocol.errors import ErrorCode
+from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import DeleteTopicsRequest, DeleteTopicsResponse as R
 from kbroker.protocol.schema import ZERO_UUID
 from kbroker.server.handlers import common
@@ -46,5 +46,13 @@ async def handle(ctx, request: DeleteTopicsRequest) -> R:
         if out.error_code and ctx.api_version >= 5 and out.error_message is None:
             out.error_message = common.error_message(out.error_code)
     if to_delete:
-        broker.controller.delete_topics(to_delete)
+        try:
+            broker.controller.delete_topics(to_delete)
+            code, message = await common.metadata_committed(broker)  # in a cluster: once the quorum committed
+        except KafkaError as exc:  # NOT_CONTROLLER: this node does not lead the metadata quorum
+            code, message = exc.code, exc.message
+        if code:
+            for out in resp.responses:
+                if out.error_code == ErrorCode.NONE:
+                    out.error_code, out.error_message = code, message if ctx.api_version >= 5 else None
     return resp

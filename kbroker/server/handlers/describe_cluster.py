@@ -22,7 +22,7 @@ ENDPOINT_TYPE_BROKER = 1
 
 async def handle(ctx, request: DescribeClusterRequest) -> DescribeClusterResponse:
     image = ctx.broker.controller.image
-    resp = DescribeClusterResponse(cluster_id=image.cluster_id, controller_id=ctx.broker.node_id,
+    resp = DescribeClusterResponse(cluster_id=image.cluster_id, controller_id=ctx.broker.controller_id,
                                    endpoint_type=ENDPOINT_TYPE_BROKER,
                                    cluster_authorized_operations=common.authorized_ops(
                                        ctx, 4, "kafka-cluster", request.include_cluster_authorized_operations))

@@ -68,6 +68,8 @@ async def handle(ctx, request: DescribeQuorumRequest) -> DescribeQuorumResponse:
                 part.high_watermark = -1
                 if v2:
                     part.error_message = "This is not the metadata topic partition"
+            elif ctx.broker.metadata_quorum is not None:
+                _fill_from_quorum(ctx.broker.metadata_quorum, part, now_ms, v2)
             else:
                 part.leader_id = node_id
                 part.leader_epoch = controller.leader_epoch
@@ -79,5 +81,47 @@ async def handle(ctx, request: DescribeQuorumRequest) -> DescribeQuorumResponse:
             topic.partitions.append(part)
         resp.topics.append(topic)
     if v2:
-        resp.nodes = [DescribeQuorumResponse.Node(node_id=node_id, listeners=_controller_listeners(ctx))]
+        if ctx.broker.metadata_quorum is not None:
+            resp.nodes = [DescribeQuorumResponse.Node(node_id=v, listeners=[DescribeQuorumResponse.Listener(
+                name=_first_controller_listener(ctx), host=host, port=port)])
+                for v, (host, port) in sorted(ctx.broker.metadata_quorum.voters.items())]
+        else:
+            resp.nodes = [DescribeQuorumResponse.Node(node_id=node_id, listeners=_controller_listeners(ctx))]
     return resp
+
+
+def _first_controller_listener(ctx) -> str:
+    names = ctx.broker.config.get_list("controller.listener.names")
+    return names[0] if names else "CONTROLLER"
+
+
+def _fill_from_quorum(quorum, part, now_ms: int, v2: bool) -> None:
+    """A cluster's quorum as its leader sees it (Kafka answers only on the leader: NOT_LEADER_OR_FOLLOWER
+    elsewhere): each voter's log end offset and last fetch as the leader last heard, lag is the client's to
+    compute from the high watermark. Timestamps are this node's wall clock."""
+    client = quorum.client
+    if client is None or not client.is_leader:
+        part.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        part.leader_id = client.leader_id if client is not None else -1
+        part.leader_epoch = client.epoch if client is not None else -1
+        part.high_watermark = -1
+        if v2:
+            part.error_message = "This node is not the leader of the metadata quorum"
+        return
+    mono_now = int(time.monotonic() * 1000)
+    part.leader_id = client.node_id
+    part.leader_epoch = client.epoch
+    part.high_watermark = client.high_watermark
+    voters = []
+    for v in sorted(client.voters):
+        if v == client.node_id:
+            end, fetched = client.log.end_offset, now_ms
+        else:
+            r = client._replicas.get(v)
+            end = r.end_offset if r is not None else -1
+            fetched = now_ms - (mono_now - r.last_fetch_ms) if r is not None and r.end_offset >= 0 else -1
+        voters.append(DescribeQuorumResponse.ReplicaState(
+            replica_id=v, log_end_offset=end, last_fetch_timestamp=fetched,
+            last_caught_up_timestamp=fetched if end >= client.high_watermark else -1))
+    part.current_voters = voters
+    part.observers = []

@@ -33,9 +33,23 @@ VERSIONS = range(4, 19)
 READ_COMMITTED = 1
 
 
+def _is_raft_fetch(ctx, request: FetchRequest) -> bool:
+    """A Fetch of ``__cluster_metadata`` on a controller listener (KRaft's replication of the metadata log)."""
+    from kbroker.controller.uuids import METADATA_TOPIC_ID
+
+    if ctx.listener_name.upper() not in ctx.broker.apis.controller_listeners or len(request.topics) != 1:
+        return False
+    t = request.topics[0]
+    return t.topic_id == METADATA_TOPIC_ID or t.topic == "__cluster_metadata"
+
+
 async def handle(ctx, request: FetchRequest) -> FetchResponse:
     broker = ctx.broker
     version = ctx.api_version
+    if broker.metadata_quorum is not None and _is_raft_fetch(ctx, request):
+        from kbroker.server.handlers.raft_common import to_quorum
+
+        return await to_quorum(ctx, request)  # a voter or observer replicating __cluster_metadata
     if request.session_id != 0 or request.session_epoch > 0:
         return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000

@@ -19,10 +19,15 @@ API_KEY = ApiKey.INCREMENTAL_ALTER_CONFIGS
 VERSIONS = range(0, 2)
 
 
+from kbroker.server.handlers.common import committed_results as committed
+
+
 async def handle(ctx, request: IncrementalAlterConfigsRequest) -> R:
     resources = [(r.resource_type, r.resource_name, [(c.name, c.config_operation, c.value) for c in r.configs])
                  for r in request.resources]
-    results = ctx.broker.controller.incremental_alter_configs(resources, validate_only=request.validate_only)
+    results = await committed(ctx, lambda: ctx.broker.controller.incremental_alter_configs(resources,
+                                                                   validate_only=request.validate_only),
+                              len(resources), request.validate_only)
     return R(responses=[R.AlterConfigsResourceResponse(error_code=code, error_message=msg,
                                                        resource_type=r.resource_type, resource_name=r.resource_name)
                         for r, (code, msg) in zip(request.resources, results)])

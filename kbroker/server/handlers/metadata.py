@@ -32,7 +32,7 @@ async def handle(ctx, request: MetadataRequest) -> MetadataResponse:
     broker = ctx.broker
     version = ctx.api_version
     image = broker.controller.image
-    resp = MetadataResponse(cluster_id=image.cluster_id, controller_id=broker.node_id,
+    resp = MetadataResponse(cluster_id=image.cluster_id, controller_id=broker.controller_id,
                             cluster_authorized_operations=common.authorized_ops(
                                 ctx, 4, "kafka-cluster", 8 <= version <= 10 and request.include_cluster_authorized_operations))
     resp.brokers = [MetadataResponse.MetadataResponseBroker(node_id=n, host=h, port=p, rack=r)

@@ -1,0 +1,20 @@
+"""BeginQuorumEpoch (API key 53): a new leader announces its epoch to the voters (KIP-595).
+
+Controller listeners only (``LISTENERS``); answered by this node's Raft replica
+(kbroker/server/metadata_quorum.py), INCONSISTENT_VOTER_SET on a node that is not in a quorum with others,
+INCONSISTENT_CLUSTER_ID for another cluster's request.
+"""
+
+from __future__ import annotations
+
+from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.messages import BeginQuorumEpochRequest, BeginQuorumEpochResponse
+from kbroker.server.handlers.raft_common import to_quorum
+
+API_KEY = ApiKey.BEGIN_QUORUM_EPOCH
+VERSIONS = range(0, 2)
+LISTENERS = ("controller",)
+
+
+async def handle(ctx, request: BeginQuorumEpochRequest) -> BeginQuorumEpochResponse:
+    return await to_quorum(ctx, request)
