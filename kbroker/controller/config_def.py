@@ -68,8 +68,9 @@ _STATIC: list[tuple] = [
     ("broker.id", "int", "-1", LOW, "Kafka's older name for node.id; kbroker reads node.id.", (-1, None, None), False),
     ("cluster.id", "string", "", MEDIUM, "The cluster id to format a new data directory with (else a random one).",
      None, True),
-    ("controller.quorum.voters", "list", "", HIGH, "The static voters of the metadata quorum (id@host:port,...).",
-     None, False),
+    ("controller.quorum.voters", "list", "", HIGH,
+     "The static voters of the metadata quorum (id@host:port,... on their controller listeners); other voters "
+     "than this node make it a cluster node (docs/cluster.md).", None, True),
     ("controller.quorum.bootstrap.servers", "list", "", HIGH,
      "Controllers to contact first when the quorum is dynamic (KIP-853).", None, False),
     ("controller.quorum.election.timeout.ms", "int", "1000", HIGH,
