@@ -25,11 +25,10 @@ from kbroker.testing.cluster import KbrokerCluster  # noqa: E402
 
 
 def create_until_ok(bootstrap: str, name: str, deadline: float) -> None:
-    """A new AdminClient per attempt: librdkafka's AdminClient keeps waiting for the controller its metadata
-    named (the killed one) instead of asking again; Kafka's brokers forward admin requests so its clients never
-    meet this, kbroker does not forward yet (docs/cluster.md)."""
+    """One AdminClient, attempts of 0.5 s: the survivors name themselves as the controller in Metadata and
+    forward CreateTopics to the active controller once there is one."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
     while time.monotonic() < deadline:
-        admin = AdminClient({"bootstrap.servers": bootstrap})
         try:
             admin.create_topics([NewTopic(name, 1, 1)], request_timeout=0.5)[name].result(5)
             return

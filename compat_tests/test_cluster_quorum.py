@@ -6,7 +6,7 @@ metadata committed by the quorum reaches every node. Checked with real clients: 
 sees three brokers and one controller, creates topics (spread over the brokers) through the controller,
 producers and consumers use the partitions on every node; kill -9 of the active controller elects another and
 CreateTopics works again; the killed node restarts and catches up with what was committed while it was down;
-a request that needs the controller on another node gets NOT_CONTROLLER.
+a standby forwards admin requests to the active controller; a broker whose heartbeats stop is fenced.
 """
 
 from __future__ import annotations
@@ -91,20 +91,37 @@ def test_three_nodes_elect_a_controller_and_share_committed_metadata(cluster):
     assert got == {f"v{i}".encode() for i in range(600)}
 
 
-def test_not_controller_from_a_standby(cluster):
+def create_topics_v2(conn, name: str, client_id: str) -> int:
+    """CreateTopics v2 by hand (one topic, 1 partition, RF 1); returns the topic's error code."""
+    body = (wire.i32(1) + wire.string(name) + wire.i32(1) + wire.i16(1) + wire.i32(0) + wire.i32(0)
+            + wire.i32(30000) + wire.i8(0))  # no assignments, no configs; timeout; validate_only false
+    rd = conn.request(19, 2, body, client_id=client_id)
+    rd.i32()  # throttle
+    assert rd.i32() == 1
+    assert rd.string() == name
+    return rd.i16()
+
+
+def test_admin_requests_on_a_standby_are_forwarded(cluster):
+    """A standby forwards CreateTopics to the active controller and relays its answer (Kafka's brokers forward
+    too, and name any live broker as the controller in Metadata); a request that was already forwarded once is
+    not forwarded again: NOT_CONTROLLER."""
     controller = cluster.controller_id()
     standby = next(i for i in cluster.nodes if i != controller)
     wait_until(lambda: len(AdminClient({"bootstrap.servers": cluster.bootstrap}).list_topics(timeout=10).brokers) == 3,
                60, "all three brokers registered")
-    body = (wire.i32(1) + wire.string("nc-topic") + wire.i32(1) + wire.i16(1) + wire.i32(0) + wire.i32(0)
-            + wire.i32(30000) + wire.i8(0))  # CreateTopics v2: one topic, no assignments/configs; timeout; validate
+    md = AdminClient({"bootstrap.servers": cluster.nodes[standby].bootstrap}).list_topics(timeout=10)
+    assert md.controller_id in cluster.running()  # the node answering names itself (a live node); it forwards
     with wire.KafkaConnection.to(cluster.nodes[standby].bootstrap) as conn:
-        rd = conn.request(19, 2, body)
-        rd.i32()  # throttle
-        assert rd.i32() == 1
-        assert rd.string() == "nc-topic"
-        assert rd.i16() == 41  # NOT_CONTROLLER
-    assert "nc-topic" not in topics_on(cluster.nodes[controller])
+        assert create_topics_v2(conn, "fwd-topic", "kbroker-compat-raw") == 0
+        assert create_topics_v2(conn, "twice-topic", "kbroker-forward-9") == 41  # NOT_CONTROLLER
+    # (list_topics asks any broker it knows; a standby learns a commit with its next fetch)
+    wait_until(lambda: "fwd-topic" in topics_on(cluster.nodes[controller]), 10, "fwd-topic everywhere")
+    assert "twice-topic" not in topics_on(cluster.nodes[controller])
+    # confluent-kafka's AdminClient through the standby alone
+    name = f"via-standby-{uuid.uuid4().hex[:6]}"
+    create(cluster.nodes[standby].bootstrap, name, 2)
+    wait_until(lambda: name in topics_on(cluster.nodes[controller]), 10, f"{name} everywhere")
 
 
 def test_failover_of_the_active_controller_and_catch_up_after_restart(cluster):
@@ -128,6 +145,8 @@ def test_failover_of_the_active_controller_and_catch_up_after_restart(cluster):
     names = wait_until(lambda: (t := topics_on(cluster.nodes[first])) and after in t and t, 60,
                        f"node {first} to catch up")
     assert before in names
+    wait_until(lambda: "registered as broker" in cluster.nodes[first].log_tail(200, since=cluster.nodes[first]._start_offset),
+               30, f"node {first} to register its new incarnation")
     print(f"controller {first} killed; controller {second} took over; CreateTopics succeeded "
           f"{failover_s:.1f} s after the kill")
 
@@ -159,3 +178,48 @@ def test_describe_quorum_on_the_leader(cluster):
     standby = next(i for i in cluster.nodes if i != leader)
     refused = describe(standby, "--status")
     assert refused.returncode != 0 and "NOT_LEADER_OR_FOLLOWER" in (refused.stderr + refused.stdout)
+
+
+def test_a_dead_broker_is_fenced_and_comes_back(tmp_path):
+    """kill -9 of a broker that is not the controller: after broker.session.timeout.ms without heartbeats the
+    controller fences it; it leaves the Metadata response and its partitions have no leader. Restarted, it
+    registers again and leads its partitions again."""
+    with KbrokerCluster(tmp_path, nodes=3, overrides={"broker.session.timeout.ms": 3000,
+                                                      "broker.heartbeat.interval.ms": 500}) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 3, 60, "all three brokers registered")
+        topic = f"fence-{uuid.uuid4().hex[:6]}"
+        create(cluster.bootstrap, topic, 3)
+        controller = cluster.controller_id()
+        victim = next(i for i in cluster.nodes if i != controller)
+        t = wait_until(lambda: topics_on(cluster.nodes[controller]).get(topic), 10, f"{topic} everywhere")
+        led = sorted(p.id for p in t.partitions.values() if p.leader == victim)
+        assert led, "the victim leads no partition"
+        time.sleep(2)  # heartbeats keep a live broker unfenced well past the session timeout
+        assert victim in admin.list_topics(timeout=10).brokers
+        killed = time.monotonic()
+        cluster.kill(victim)
+
+        def fenced():
+            md = AdminClient({"bootstrap.servers": cluster.nodes[controller].bootstrap}).list_topics(timeout=10)
+            parts = md.topics[topic].partitions
+            return victim not in md.brokers and all(parts[i].leader == -1 for i in led)
+
+        wait_until(fenced, 30, f"broker {victim} fenced")
+        fenced_after = time.monotonic() - killed
+        assert fenced_after >= 2.5, f"fenced after {fenced_after:.1f} s, before its session timed out"
+        cluster.nodes[victim].start()
+
+        def back():
+            md = AdminClient({"bootstrap.servers": cluster.nodes[controller].bootstrap}).list_topics(timeout=10)
+            parts = md.topics[topic].partitions
+            return victim in md.brokers and all(parts[i].leader == victim for i in led)
+
+        wait_until(back, 60, f"broker {victim} back as the leader of its partitions")
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+        acked: list = []
+        for i in led:
+            p.produce(topic, b"after", partition=i, on_delivery=lambda err, msg: acked.append(err))
+        p.flush(30)
+        assert acked and all(e is None for e in acked), acked
+        print(f"broker {victim} fenced {fenced_after:.1f} s after kill -9 (session timeout 3 s)")

@@ -86,10 +86,10 @@ _STATIC: list[tuple] = [
     ("controller.quorum.retry.backoff.ms", "int", "20", LOW,
      "The back-off before a failed Raft request is retried.", (0, None, None), True),
     ("broker.heartbeat.interval.ms", "int", "2000", MEDIUM,
-     "How often a broker retries its registration with the active controller.", (0, None, None), True),
+     "How often a broker sends BrokerHeartbeat to the active controller (and retries its registration).",
+     (0, None, None), True),
     ("broker.session.timeout.ms", "int", "9000", MEDIUM,
-     "How long the controller waits for a broker's heartbeat before fencing it (heartbeats are not implemented "
-     "yet).", (0, None, None), False),
+     "How long the active controller waits for a broker's heartbeat before fencing it.", (0, None, None), True),
     ("controller.listener.names", "list", "CONTROLLER", HIGH, "The listeners that serve the controller quorum.",
      None, True),
     ("listeners", "list", "PLAINTEXT://localhost:9092", HIGH,

@@ -68,11 +68,14 @@ from kbroker.protocol.metadata_records import (
     ConfigRecord,
     EndTransactionRecord,
     FeatureLevelRecord,
+    FenceBrokerRecord,
+    PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
+    UnfenceBrokerRecord,
 )
 
 __all__ = [
@@ -228,7 +231,8 @@ class QuorumController:
         self.raft_mode = bool(self.quorum_voters) and set(self.quorum_voters) != {self.node_id}
         self._committed: MetadataImage | None = None
         self._active = False
-        self._epoch_start = 0
+        #: the active controller's view of broker liveness: node id -> last heartbeat (ms, the caller's clock)
+        self._heartbeats: dict[int, int] = {}
         self.raft_append: Callable[[list[bytes]], int] | None = None
         self.raft_end_offset: Callable[[], int] | None = None
         #: the offset of the last record this controller appended (raft mode): a write is durable once committed
@@ -632,6 +636,7 @@ class QuorumController:
             self.leader_epoch = epoch
             self._image = self.image
             self._active = True
+            self._heartbeats = {}  # every broker gets a full session from now
             log.info("node %d is the active controller in epoch %d (metadata offset %d)", self.node_id, epoch,
                      self.image.offset)
 
@@ -642,6 +647,66 @@ class QuorumController:
                 log.info("node %d is no longer the active controller", self.node_id)
             self._active = False
             self._image = self.image
+
+    # ---- broker heartbeats and fencing (raft mode) ----
+    def broker_heartbeat(self, broker_id: int, broker_epoch: int, now_ms: int) -> bool:
+        """A broker's heartbeat reached the active controller; returns whether it is (still) fenced. A fenced
+        broker is unfenced by its heartbeat (Kafka waits until it has caught up with the metadata; a kbroker
+        broker registers only once caught up) and gets back the leadership of partitions that had none.
+        Raises ``KafkaError``: NOT_CONTROLLER, BROKER_ID_NOT_REGISTERED, STALE_BROKER_EPOCH."""
+        with self._lock:
+            if not self.is_active:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, f"node {self.node_id} is not the active controller")
+            reg = self.latest_image.brokers.get(broker_id)
+            if reg is None:
+                raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered")
+            if reg.broker_epoch != broker_epoch:
+                raise KafkaError(ErrorCode.STALE_BROKER_EPOCH,
+                                 f"broker {broker_id} is registered with epoch {reg.broker_epoch}, not {broker_epoch}")
+            self._heartbeats[broker_id] = now_ms
+            if reg.fenced:
+                self._commit([UnfenceBrokerRecord(id=broker_id, epoch=broker_epoch),
+                              *self._leaders_for_unfenced(broker_id)])
+            return False
+
+    def fence_stale_brokers(self, now_ms: int, session_timeout_ms: int) -> list[int]:
+        """On the active controller: fence every unfenced broker (other than this node) whose last heartbeat is
+        older than ``session_timeout_ms`` (``broker.session.timeout.ms``), and move the leadership of its
+        partitions to another live in-sync replica, or to none (-1: the partition is offline until the broker
+        comes back). Returns the fenced ids."""
+        fenced = []
+        with self._lock:
+            if not self.is_active:
+                return fenced
+            for b in self.latest_image.live_brokers():
+                if b.node_id == self.node_id:
+                    continue  # the active controller's own liveness is its leadership
+                last = self._heartbeats.setdefault(b.node_id, now_ms)
+                if now_ms - last <= session_timeout_ms:
+                    continue
+                log.info("fencing broker %d: no heartbeat for %d ms", b.node_id, now_ms - last)
+                self._commit([FenceBrokerRecord(id=b.node_id, epoch=b.broker_epoch),
+                              *self._leaders_without(b.node_id)])
+                fenced.append(b.node_id)
+        return fenced
+
+    def _leaders_without(self, broker_id: int) -> list[PartitionChangeRecord]:
+        image = self.latest_image
+        live = {b.node_id for b in image.live_brokers()} - {broker_id}
+        out = []
+        for topic in image.topics_by_name.values():
+            for p in topic.partitions.values():
+                if p.leader != broker_id:
+                    continue
+                new = next((r for r in p.isr if r in live), -1)
+                out.append(PartitionChangeRecord(topic_id=topic.topic_id, partition_id=p.partition_id, leader=new))
+        return out
+
+    def _leaders_for_unfenced(self, broker_id: int) -> list[PartitionChangeRecord]:
+        image = self.latest_image
+        return [PartitionChangeRecord(topic_id=topic.topic_id, partition_id=p.partition_id, leader=broker_id)
+                for topic in image.topics_by_name.values() for p in topic.partitions.values()
+                if p.leader == -1 and broker_id in p.isr]
 
     # ---- broker registration ----
     def _security_protocol(self, listener: str) -> int:
@@ -681,10 +746,11 @@ class QuorumController:
                 rack = self.config.get("broker.rack").strip() or None
                 log_dirs = self._data_dir_ids()
             existing = self.latest_image.brokers.get(broker_id)
-            if (remote and existing is not None and existing.incarnation_id != incarnation_id
-                    and not existing.fenced):
-                raise KafkaError(ErrorCode.DUPLICATE_BROKER_REGISTRATION,
-                                 f"another broker is registered with id {broker_id}")
+            if existing is not None and existing.incarnation_id != incarnation_id:
+                # A restarted broker (new incarnation). Without heartbeats the controller cannot tell it from a
+                # second live process with the same node.id (Kafka's DUPLICATE_BROKER_REGISTRATION until the old
+                # session expires): the newest registration wins.
+                log.info("broker %d registers again (new incarnation)", broker_id)
             # Kafka's broker epoch is the registration's offset
             broker_epoch = self.raft_end_offset() if self.raft_mode and self.raft_end_offset else \
                 self._log.log_end_offset
@@ -704,7 +770,11 @@ class QuorumController:
                 cordoned_log_dirs=[],
             )
             unfence = BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=broker_epoch, fenced=-1)
-            image = self._commit([reg, unfence])
+            records: list[Any] = [reg, unfence]
+            if self.raft_mode:
+                records += self._leaders_for_unfenced(broker_id)
+                self._heartbeats.pop(broker_id, None)
+            image = self._commit(records)
             return image.brokers[broker_id]
 
     # ---- topics ----

@@ -205,7 +205,7 @@ class Broker:
                      for lst in (self.advertised_listener(x.name) for x in self.config.advertised_listeners) if lst]
         if self.metadata_quorum is not None:
             if "broker" in self.config.process_roles:
-                self._tasks.append(loop.create_task(self.metadata_quorum.register(endpoints)))
+                self._tasks.append(loop.create_task(self.metadata_quorum.broker_lifecycle(endpoints)))
         elif any(lst.port == 0 for lst in self.config.advertised_listeners):
             # ephemeral ports are known only now: register the endpoints clients must use
             self.controller.register_broker(endpoints)
@@ -232,9 +232,11 @@ class Broker:
 
     @property
     def controller_id(self) -> int:
-        """The active controller's node id for Metadata / DescribeCluster (-1 while the quorum has no leader)."""
-        if self.metadata_quorum is not None:
-            return self.metadata_quorum.leader_id
+        """The controller id for Metadata / DescribeCluster. A quorum of one: this node. In a cluster this node
+        too, as Kafka's brokers name any live broker: admin requests for the controller that reach a standby are
+        forwarded to the active one (so a client never waits on a dead controller); -1 while no leader is known."""
+        if self.metadata_quorum is not None and self.metadata_quorum.leader_id < 0:
+            return -1
         return self.node_id
 
     async def _periodic(self) -> None:

@@ -13,13 +13,21 @@ otherwise) over the ``__cluster_metadata`` log through a :class:`~kbroker.server
   log and a request that wrote is answered once :meth:`MetadataQuorum.wait_committed` sees them committed
   (``NOT_CONTROLLER`` if leadership was lost first, ``REQUEST_TIMED_OUT`` after the request timeout). A
   leader that loses its epoch forgets what it appended but did not commit (``QuorumController.renounce``);
+* **forwarding**: a standby that receives a controller-bound request (CreateTopics, DeleteTopics,
+  CreatePartitions, AlterConfigs, IncrementalAlterConfigs) forwards it to the active controller's listener of
+  the same name and relays the answer, as Kafka's brokers do; so Metadata may name any live node (this one) as
+  the controller, and clients never wait on a dead one;
 * **bootstrap**: the first active controller of a new cluster commits the bootstrap feature levels;
 * **registration**: a node with the broker role registers through the active controller: itself when it is
   active, else with a BrokerRegistration request to the leader, repeated until the committed image shows its
-  incarnation (``broker.heartbeat.interval.ms`` apart).
+  incarnation (``broker.heartbeat.interval.ms`` apart);
+* **heartbeats and fencing**: a registered broker sends BrokerHeartbeat to the leader every
+  ``broker.heartbeat.interval.ms``; the active controller fences a broker that has not sent one for
+  ``broker.session.timeout.ms`` (FenceBrokerRecord; its partitions move to another live in-sync replica or go
+  leaderless) and unfences it at its next heartbeat or registration (leaderless partitions it holds return
+  to it). Every broker gets a full session when a new controller becomes active.
 
-Not yet here (issue 9): broker heartbeats and fencing, observers that are not voters' peers, snapshots,
-dynamic voters.
+Not yet here (issue 9): controlled shutdown, observers that are not voters, snapshots, dynamic voters.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from kbroker.controller.raft.partition_log import PartitionRaftLog
 from kbroker.controller.raft.store import FileElectionStore
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode, KafkaError
+from kbroker.protocol.messages.broker_heartbeat_request import BrokerHeartbeatRequest
 from kbroker.protocol.messages.broker_registration_request import BrokerRegistrationRequest
 from kbroker.protocol.records import iter_batches
 from kbroker.server.inter_node import NodeChannel, NodeRequestError
@@ -44,6 +53,9 @@ if TYPE_CHECKING:
     from kbroker.controller.quorum_controller import QuorumController
 
 log = logging.getLogger(__name__)
+
+#: client id prefix of requests a standby forwards to the active controller (never forwarded again)
+FORWARDED_PREFIX = "kbroker-forward-"
 
 
 class MetadataQuorum:
@@ -63,6 +75,7 @@ class MetadataQuorum:
         )
         self.request_timeout_s = config.get_int("controller.quorum.request.timeout.ms") / 1000
         self.heartbeat_interval_s = config.get_int("broker.heartbeat.interval.ms") / 1000
+        self.session_timeout_ms = config.get_int("broker.session.timeout.ms")
         self._applied = 0  # the next offset to apply
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._leader_epoch_seen = -1
@@ -70,6 +83,7 @@ class MetadataQuorum:
         self.client: RaftClient | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._registered = asyncio.Event()
+        self._forward_channels: dict[tuple[int, str, int], NodeChannel] = {}
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -87,6 +101,7 @@ class MetadataQuorum:
         c.raft_end_offset = lambda: raft_log.end_offset
         await self.manager.start()
         self._tasks.append(loop.create_task(self._watch_leadership(), name="metadata-quorum-leadership"))
+        self._tasks.append(loop.create_task(self._fence_stale_brokers(), name="metadata-quorum-fencing"))
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -101,6 +116,8 @@ class MetadataQuorum:
             await self.manager.stop(graceful=True)
         self._fail_waiters(ErrorCode.NOT_CONTROLLER)
         self.controller.renounce()
+        for ch in self._forward_channels.values():
+            await ch.close()
 
     async def wait_caught_up(self, timeout_s: float) -> None:
         """Wait until a leader is known, its committed records are applied here and the cluster is bootstrapped
@@ -202,41 +219,129 @@ class MetadataQuorum:
             if not fut.done():
                 fut.set_exception(KafkaError(code, "leadership of the metadata quorum was lost"))
 
-    # ------------------------------------------------------------------ broker registration
-    async def register(self, endpoints: list[Any]) -> None:
-        """Register this node as a broker through the active controller, until the committed image shows it."""
-        c = self.controller
+    # ------------------------------------------------------------------ forwarding to the active controller
+    async def forward(self, api_key: int, version: int, request: Any, listener: str) -> Any:
+        """Send a controller-bound request (CreateTopics, DeleteTopics, ...) that reached this standby to the
+        active controller's listener of the same name and return its answer, as Kafka's brokers forward admin
+        requests. Raises ``KafkaError(NOT_CONTROLLER)`` when no active controller is known or reachable (the
+        client retries)."""
+        leader = self.leader_id
+        reg = self.controller.image.brokers.get(leader) if leader >= 0 else None
+        if leader == self.node_id or reg is None:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "no active controller to forward to")
+        ep = reg.endpoint(listener) or (reg.endpoints[0] if reg.endpoints else None)
+        if ep is None:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"controller {leader} has no listener {listener}")
+        key = (leader, ep.host, ep.port)
+        ch = self._forward_channels.get(key)
+        if ch is None:
+            ch = self._forward_channels[key] = NodeChannel(leader, ep.host, ep.port, f"{FORWARDED_PREFIX}{self.node_id}")
+        try:
+            return await ch.request(api_key, version, request, self.request_timeout_s * 2)
+        except NodeRequestError as exc:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"forwarding to controller {leader} failed: {exc}") from None
+
+    # ------------------------------------------------------------------ broker registration and heartbeats
+    async def broker_lifecycle(self, endpoints: list[Any]) -> None:
+        """A broker's life with the active controller: register (BrokerRegistration, or directly when this node
+        is active) until the committed image shows this incarnation, then send BrokerHeartbeat every
+        ``broker.heartbeat.interval.ms``; register again when the controller answers STALE_BROKER_EPOCH or
+        BROKER_ID_NOT_REGISTERED. Runs until cancelled."""
         channels: dict[int, NodeChannel] = {}
         try:
             while True:
-                reg = c.image.brokers.get(self.node_id)
-                if reg is not None and reg.incarnation_id == c.incarnation_id and not reg.fenced:
-                    self._registered.set()
-                    return
-                leader = self.leader_id
-                try:
-                    if c.is_active:
-                        c.register_broker(endpoints)
-                        await self.wait_committed()
-                    elif leader >= 0 and leader in self.voters:
-                        ch = channels.get(leader)
-                        if ch is None:
-                            host, port = self.voters[leader]
-                            ch = channels[leader] = NodeChannel(leader, host, port, f"kbroker-{self.node_id}")
-                        req = BrokerRegistrationRequest(
-                            broker_id=self.node_id, cluster_id=c.cluster_id, incarnation_id=c.incarnation_id,
-                            listeners=[BrokerRegistrationRequest.Listener(
-                                name=e.listener, host=e.host, port=e.port, security_protocol=e.security_protocol)
-                                for e in endpoints],
-                            features=[], rack=c.config.get("broker.rack").strip() or None,
-                            is_migrating_zk_broker=False, log_dirs=c._data_dir_ids(), previous_broker_epoch=-1)
-                        resp = await ch.request(ApiKey.BROKER_REGISTRATION, 4, req, self.request_timeout_s)
-                        if resp.error_code:
-                            log.info("broker registration with controller %d: %s", leader,
-                                     ErrorCode(resp.error_code).name)
-                except (KafkaError, NodeRequestError) as exc:
-                    log.info("broker registration of node %d not done yet: %s", self.node_id, exc)
-                await asyncio.sleep(self.heartbeat_interval_s)
+                await self._register(endpoints, channels)
+                await self._heartbeat_until_stale(channels)
         finally:
             for ch in channels.values():
                 await ch.close()
+
+    def _channel(self, channels: dict[int, NodeChannel], leader: int) -> NodeChannel:
+        ch = channels.get(leader)
+        if ch is None:
+            host, port = self.voters[leader]
+            ch = channels[leader] = NodeChannel(leader, host, port, f"kbroker-{self.node_id}")
+        return ch
+
+    async def _register(self, endpoints: list[Any], channels: dict[int, NodeChannel]) -> None:
+        c = self.controller
+        while True:
+            reg = c.image.brokers.get(self.node_id)
+            if reg is not None and reg.incarnation_id == c.incarnation_id and not reg.fenced:
+                self._registered.set()
+                log.info("registered as broker %d (broker epoch %d) with the active controller %d",
+                         self.node_id, reg.broker_epoch, self.leader_id)
+                return
+            leader = self.leader_id
+            try:
+                if c.is_active:
+                    c.register_broker(endpoints)
+                    await self.wait_committed()
+                elif leader >= 0 and leader in self.voters:
+                    req = BrokerRegistrationRequest(
+                        broker_id=self.node_id, cluster_id=c.cluster_id, incarnation_id=c.incarnation_id,
+                        listeners=[BrokerRegistrationRequest.Listener(
+                            name=e.listener, host=e.host, port=e.port, security_protocol=e.security_protocol)
+                            for e in endpoints],
+                        features=[], rack=c.config.get("broker.rack").strip() or None,
+                        is_migrating_zk_broker=False, log_dirs=c._data_dir_ids(), previous_broker_epoch=-1)
+                    resp = await self._channel(channels, leader).request(ApiKey.BROKER_REGISTRATION, 4, req,
+                                                                         self.request_timeout_s)
+                    if resp.error_code:
+                        log.info("broker registration with controller %d: %s", leader,
+                                 ErrorCode(resp.error_code).name)
+                    else:
+                        # the answer comes once committed; this node applies it with its next fetch
+                        await self._wait_for(lambda: (r := c.image.brokers.get(self.node_id)) is not None
+                                             and r.incarnation_id == c.incarnation_id, self.request_timeout_s)
+                        continue
+            except (KafkaError, NodeRequestError) as exc:
+                log.info("broker registration of node %d not done yet: %s", self.node_id, exc)
+            except Exception:  # keep trying: a broker that never registers serves nothing
+                log.exception("broker registration of node %d failed", self.node_id)
+            await asyncio.sleep(self.heartbeat_interval_s)
+
+    async def _wait_for(self, cond: Any, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not cond():
+            await asyncio.sleep(0.02)
+
+    async def _heartbeat_until_stale(self, channels: dict[int, NodeChannel]) -> None:
+        c = self.controller
+        while True:
+            await asyncio.sleep(self.heartbeat_interval_s)
+            reg = c.image.brokers.get(self.node_id)
+            if reg is None or reg.incarnation_id != c.incarnation_id:
+                return  # replaced or removed: register again
+            leader = self.leader_id
+            try:
+                if c.is_active:
+                    continue  # the active controller's liveness is its leadership
+                if leader < 0 or leader not in self.voters:
+                    continue
+                req = BrokerHeartbeatRequest(broker_id=self.node_id, broker_epoch=reg.broker_epoch,
+                                             current_metadata_offset=c.image.offset)
+                resp = await self._channel(channels, leader).request(ApiKey.BROKER_HEARTBEAT, 2, req,
+                                                                     self.request_timeout_s)
+                if resp.error_code in (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED):
+                    log.info("controller %d: %s; registering again", leader, ErrorCode(resp.error_code).name)
+                    return
+            except NodeRequestError as exc:
+                log.debug("heartbeat to controller %d: %s", leader, exc)
+            except Exception:  # a bug here must not end the broker's heartbeats for good
+                log.exception("heartbeat to controller %d failed", leader)
+
+    async def _fence_stale_brokers(self) -> None:
+        """On the active controller: fence brokers whose heartbeats stopped (``broker.session.timeout.ms``)."""
+        while True:
+            await asyncio.sleep(0.5)
+            c = self.controller
+            if not c.is_active:
+                continue
+            try:
+                if c.fence_stale_brokers(int(time.monotonic() * 1000), self.session_timeout_ms):
+                    await self.wait_committed()
+            except KafkaError as exc:
+                log.info("fencing brokers: %s", exc)
+            except Exception:  # keep fencing whatever one round hit
+                log.exception("fencing brokers failed")

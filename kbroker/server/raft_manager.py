@@ -114,7 +114,13 @@ class RaftManager:
                                       if isinstance(msg, rm.FetchRequest) else 0)
         while True:
             changed = self._change_future()
+            before = (self.client.log.end_offset, self.client.high_watermark)
             self.client.handle(msg, self.clock_ms())
+            if (self.client.log.end_offset, self.client.high_watermark) != before:
+                # e.g. this fetch moved the leader's high watermark: the other followers' parked fetches learn
+                # it now instead of at the end of their long poll
+                self._notify_change()
+                changed = self._change_future()
             resp = self._take_response(msg)
             self._wake.set()
             if resp is None:  # cannot happen: the state machine answers every request it is given

@@ -18,6 +18,8 @@ from __future__ import annotations
 import base64
 import os
 import signal
+import socket
+import struct
 import time
 import uuid
 from pathlib import Path
@@ -103,10 +105,9 @@ class KbrokerCluster:
 
     # ---- state
     def controller_id(self, timeout: float = 30.0, exclude: int | None = None) -> int:
-        """The active controller as the running nodes report it (Metadata's controller id), once they agree on
-        one that is running (and is not ``exclude``)."""
-        from confluent_kafka.admin import AdminClient
-
+        """The active controller (the metadata quorum's leader) as every running node reports it in
+        DescribeQuorum, once they agree on one that is running (and is not ``exclude``). Metadata's controller id
+        does not tell: a cluster node names itself there, as Kafka's brokers name any live broker, and forwards."""
         deadline = time.monotonic() + timeout
         seen: list[int] = []
         while time.monotonic() < deadline:
@@ -115,11 +116,43 @@ class KbrokerCluster:
                 if not tcp_connectable(self.host, self.nodes[i].port):
                     continue
                 try:
-                    md = AdminClient({"bootstrap.servers": self.nodes[i].bootstrap}).list_topics(timeout=5)
-                    seen.append(md.controller_id)
-                except Exception:  # noqa: BLE001 - a node in the middle of an election
+                    seen.append(quorum_leader(self.host, self.nodes[i].port))
+                except (OSError, ValueError):  # a node starting or stopping
                     seen.append(-1)
             if seen and len(set(seen)) == 1 and seen[0] in self.running() and seen[0] != exclude:
                 return seen[0]
             time.sleep(0.2)
         raise TimeoutError(f"the nodes did not agree on a running controller within {timeout} s (saw {seen})")
+
+
+def quorum_leader(host: str, port: int, timeout: float = 5.0) -> int:
+    """The metadata quorum's leader id as the node at ``host:port`` knows it (DescribeQuorum v0 through
+    kbroker's codec; a standby answers NOT_LEADER_OR_FOLLOWER and still names the leader). -1: none known."""
+    from kbroker.protocol import codec
+    from kbroker.protocol.api_keys import ApiKey
+    from kbroker.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
+
+    req = DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
+        topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.PartitionData(partition_index=0)])])
+    from kbroker.protocol.headers import encode_request_header
+
+    body = encode_request_header(ApiKey.DESCRIBE_QUORUM, 0, 1, "kbroker-cluster-harness") + codec.encode(req, 0)
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        size = struct.unpack(">i", _recv_exactly(sock, 4))[0]
+        frame = _recv_exactly(sock, size)
+    pos = codec._skip_tagged(frame, 4)  # correlation id, then the flexible response header's tags
+    resp, _ = codec.decode(DescribeQuorumResponse, frame, 0, pos)
+    if resp.error_code or not resp.topics or not resp.topics[0].partitions:
+        raise ValueError(f"DescribeQuorum failed: error {resp.error_code}")
+    return resp.topics[0].partitions[0].leader_id
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise OSError("connection closed")
+        buf += chunk
+    return buf

@@ -95,3 +95,28 @@ async def committed_results(ctx, write, n: int, validate_only: bool) -> list[tup
     if code:
         results = [(code, message) if c == ErrorCode.NONE else (c, m) for c, m in results]
     return results
+
+
+async def forward_to_controller(ctx, request):  # noqa: ANN001, ANN201
+    """In a cluster, a request for the controller that reached a standby is forwarded to the active controller
+    and its answer returned (kbroker/server/metadata_quorum.py); None when this node handles it itself (the
+    active controller, a quorum of one, or a request that was already forwarded once: that one gets
+    NOT_CONTROLLER from the handler, and the client retries). Raises ``KafkaError(NOT_CONTROLLER)``."""
+    from kbroker.server.metadata_quorum import FORWARDED_PREFIX
+
+    broker = ctx.broker
+    quorum = broker.metadata_quorum
+    if quorum is None or broker.controller.is_active or ctx.client_id.startswith(FORWARDED_PREFIX):
+        return None
+    return await quorum.forward(ctx.header.api_key, ctx.api_version, request, ctx.listener_name)
+
+
+async def maybe_forward(ctx, request):  # noqa: ANN001, ANN201
+    """:func:`forward_to_controller`, or None when it cannot forward (the handler then answers NOT_CONTROLLER
+    per resource itself)."""
+    from kbroker.protocol.errors import KafkaError
+
+    try:
+        return await forward_to_controller(ctx, request)
+    except KafkaError:
+        return None

@@ -20,6 +20,10 @@ VERSIONS = range(0, 4)
 
 
 async def handle(ctx, request: CreatePartitionsRequest) -> R:
+    from kbroker.server.handlers.common import maybe_forward
+
+    if (forwarded := await maybe_forward(ctx, request)) is not None:
+        return forwarded  # a standby in a cluster: the active controller answered
     from kbroker.protocol.errors import ErrorCode
     from kbroker.server.handlers.create_topics import fd_shortage
 

@@ -100,6 +100,10 @@ async def create_in_slices(ctx, specs, validate_only: bool) -> dict:
 
 
 async def handle(ctx, request: CreateTopicsRequest) -> R:
+    from kbroker.server.handlers.common import maybe_forward
+
+    if (forwarded := await maybe_forward(ctx, request)) is not None:
+        return forwarded  # a standby in a cluster: the active controller answered
     from kbroker.controller.quorum_controller import CreateTopicSpec
     from kbroker.server.handlers.describe_configs import _topic_entries
 

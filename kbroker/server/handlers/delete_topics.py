@@ -20,6 +20,10 @@ VERSIONS = range(1, 7)
 
 
 async def handle(ctx, request: DeleteTopicsRequest) -> R:
+    from kbroker.server.handlers.common import maybe_forward
+
+    if (forwarded := await maybe_forward(ctx, request)) is not None:
+        return forwarded  # a standby in a cluster: the active controller answered
     broker = ctx.broker
     if ctx.api_version >= 6:
         wanted = [(t.name, t.topic_id if t.topic_id != ZERO_UUID else None) for t in request.topics]

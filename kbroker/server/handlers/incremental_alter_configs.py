@@ -23,6 +23,10 @@ from kbroker.server.handlers.common import committed_results as committed
 
 
 async def handle(ctx, request: IncrementalAlterConfigsRequest) -> R:
+    from kbroker.server.handlers.common import maybe_forward
+
+    if (forwarded := await maybe_forward(ctx, request)) is not None:
+        return forwarded  # a standby in a cluster: the active controller answered
     resources = [(r.resource_type, r.resource_name, [(c.name, c.config_operation, c.value) for c in r.configs])
                  for r in request.resources]
     results = await committed(ctx, lambda: ctx.broker.controller.incremental_alter_configs(resources,
