@@ -36,8 +36,36 @@ def wait_until(cond, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def topics_on(node) -> dict:
-    return AdminClient({"bootstrap.servers": node.bootstrap}).list_topics(timeout=10).topics
+def metadata_of(node) -> tuple[set[int], dict[str, dict[int, int]]]:
+    """Metadata v1 asked of ``node`` itself (a client library may ask any broker it knows): (broker ids,
+    {topic: {partition: leader}})."""
+    with wire.KafkaConnection.to(node.bootstrap) as conn:
+        rd = conn.request(wire.API_METADATA, 1, wire.i32(-1))  # null topics: all of them
+    brokers = set()
+    for _ in range(rd.i32()):
+        brokers.add(rd.i32())
+        rd.string(), rd.i32(), rd.string()  # host, port, rack
+    rd.i32()  # controller id
+    topics: dict[str, dict[int, int]] = {}
+    for _ in range(rd.i32()):
+        rd.i16()
+        name = rd.string()
+        rd.i8()  # is_internal
+        parts = {}
+        for _ in range(rd.i32()):
+            rd.i16()
+            pid, leader = rd.i32(), rd.i32()
+            for _ in range(2):  # replicas, isr
+                for _ in range(rd.i32()):
+                    rd.i32()
+            parts[pid] = leader
+        topics[name] = parts
+    return brokers, topics
+
+
+def topics_on(node) -> dict[str, dict[int, int]]:
+    """{topic: {partition: leader}} as ``node`` itself answers."""
+    return metadata_of(node)[1]
 
 
 def create(bootstrap: str, name: str, partitions: int) -> None:
@@ -67,8 +95,8 @@ def test_three_nodes_elect_a_controller_and_share_committed_metadata(cluster):
     create(cluster.bootstrap, topic, 6)
     for node in cluster.nodes.values():  # committed metadata reaches every node
         t = wait_until(lambda node=node: topics_on(node).get(topic), 30, f"{topic} on node {node.node_id}")
-        assert len(t.partitions) == 6
-    leaders = {p.leader for p in topics_on(cluster.nodes[1])[topic].partitions.values()}
+        assert len(t) == 6
+    leaders = set(topics_on(cluster.nodes[1])[topic].values())
     assert leaders == {1, 2, 3}, f"partitions not spread over the brokers: leaders {leaders}"
 
     # data goes to the partitions on every node
@@ -192,18 +220,17 @@ def test_a_dead_broker_is_fenced_and_comes_back(tmp_path):
         create(cluster.bootstrap, topic, 3)
         controller = cluster.controller_id()
         victim = next(i for i in cluster.nodes if i != controller)
-        t = wait_until(lambda: topics_on(cluster.nodes[controller]).get(topic), 10, f"{topic} everywhere")
-        led = sorted(p.id for p in t.partitions.values() if p.leader == victim)
+        t = wait_until(lambda: topics_on(cluster.nodes[controller]).get(topic), 10, f"{topic} on the controller")
+        led = sorted(pid for pid, leader in t.items() if leader == victim)
         assert led, "the victim leads no partition"
         time.sleep(2)  # heartbeats keep a live broker unfenced well past the session timeout
-        assert victim in admin.list_topics(timeout=10).brokers
+        assert victim in metadata_of(cluster.nodes[controller])[0]
         killed = time.monotonic()
         cluster.kill(victim)
 
         def fenced():
-            md = AdminClient({"bootstrap.servers": cluster.nodes[controller].bootstrap}).list_topics(timeout=10)
-            parts = md.topics[topic].partitions
-            return victim not in md.brokers and all(parts[i].leader == -1 for i in led)
+            brokers, topics = metadata_of(cluster.nodes[controller])
+            return victim not in brokers and all(topics[topic][i] == -1 for i in led)
 
         wait_until(fenced, 30, f"broker {victim} fenced")
         fenced_after = time.monotonic() - killed
@@ -211,15 +238,34 @@ def test_a_dead_broker_is_fenced_and_comes_back(tmp_path):
         cluster.nodes[victim].start()
 
         def back():
-            md = AdminClient({"bootstrap.servers": cluster.nodes[controller].bootstrap}).list_topics(timeout=10)
-            parts = md.topics[topic].partitions
-            return victim in md.brokers and all(parts[i].leader == victim for i in led)
+            brokers, topics = metadata_of(cluster.nodes[controller])
+            return victim in brokers and all(topics[topic][i] == victim for i in led)
 
         wait_until(back, 60, f"broker {victim} back as the leader of its partitions")
         p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
         acked: list = []
         for i in led:
             p.produce(topic, b"after", partition=i, on_delivery=lambda err, msg: acked.append(err))
-        p.flush(30)
-        assert acked and all(e is None for e in acked), acked
+        left = p.flush(60)
+        assert left == 0 and len(acked) == len(led) and all(e is None for e in acked), \
+            f"{left} not delivered, reports {acked}; victim log:\n{cluster.nodes[victim].log_tail(30)}"
         print(f"broker {victim} fenced {fenced_after:.1f} s after kill -9 (session timeout 3 s)")
+
+
+@pytest.mark.parametrize("client_name", ["confluent", "java"])
+def test_idempotent_producers_get_ids_through_the_quorum(cluster, get_client, client_name):
+    """InitProducerId on any node: producer ids come in blocks the quorum committed (AllocateProducerIds from
+    standbys), so idempotent producers (the Java client's default) work across the cluster; every record is
+    acknowledged once and read back once."""
+    from compat_tests.clients import ConfluentClient, ProduceOptions
+    from compat_tests.records import RecordSpec, verify_round_trip
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 3, 60, "all three brokers registered")
+    topic = f"idem-{client_name}-{uuid.uuid4().hex[:6]}"
+    create(cluster.bootstrap, topic, 3)
+    client = get_client(client_name)
+    spec = RecordSpec.new(f"idem-{uuid.uuid4().hex[:4]}", 300, partitions=3)
+    produced = client.produce(cluster.bootstrap, topic, spec, ProduceOptions(acks="all", idempotence=True))
+    consumed = ConfluentClient().consume(cluster.bootstrap, topic, spec.count, timeout=60)
+    verify_round_trip(spec, produced.acks, consumed)

@@ -17,6 +17,8 @@ otherwise) over the ``__cluster_metadata`` log through a :class:`~kbroker.server
   CreatePartitions, AlterConfigs, IncrementalAlterConfigs) forwards it to the active controller's listener of
   the same name and relays the answer, as Kafka's brokers do; so Metadata may name any live node (this one) as
   the controller, and clients never wait on a dead one;
+* **producer ids**: blocks come from the active controller (AllocateProducerIds from a standby) and are used
+  only once the quorum has committed them, so no id is handed out twice across a failover;
 * **bootstrap**: the first active controller of a new cluster commits the bootstrap feature levels;
 * **registration**: a node with the broker role registers through the active controller: itself when it is
   active, else with a BrokerRegistration request to the leader, repeated until the committed image shows its
@@ -43,6 +45,7 @@ from kbroker.controller.raft.partition_log import PartitionRaftLog
 from kbroker.controller.raft.store import FileElectionStore
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode, KafkaError
+from kbroker.protocol.messages.allocate_producer_ids_request import AllocateProducerIdsRequest
 from kbroker.protocol.messages.broker_heartbeat_request import BrokerHeartbeatRequest
 from kbroker.protocol.messages.broker_registration_request import BrokerRegistrationRequest
 from kbroker.protocol.records import iter_batches
@@ -84,6 +87,7 @@ class MetadataQuorum:
         self._tasks: list[asyncio.Task[None]] = []
         self._registered = asyncio.Event()
         self._forward_channels: dict[tuple[int, str, int], NodeChannel] = {}
+        self._id_channels: dict[int, NodeChannel] = {}
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -116,7 +120,7 @@ class MetadataQuorum:
             await self.manager.stop(graceful=True)
         self._fail_waiters(ErrorCode.NOT_CONTROLLER)
         self.controller.renounce()
-        for ch in self._forward_channels.values():
+        for ch in [*self._forward_channels.values(), *self._id_channels.values()]:
             await ch.close()
 
     async def wait_caught_up(self, timeout_s: float) -> None:
@@ -240,6 +244,32 @@ class MetadataQuorum:
             return await ch.request(api_key, version, request, self.request_timeout_s * 2)
         except NodeRequestError as exc:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, f"forwarding to controller {leader} failed: {exc}") from None
+
+    # ------------------------------------------------------------------ producer ids
+    async def allocate_producer_ids(self) -> tuple[int, int]:
+        """A block of producer ids committed by the quorum -> (first id, size): from this node's controller when
+        it is active, else with AllocateProducerIds to the leader (KIP-730). Raises ``KafkaError``."""
+        c = self.controller
+        if c.is_active:
+            block = c.allocate_producer_ids()
+            await self.wait_committed()
+            return block
+        leader = self.leader_id
+        reg = c.image.brokers.get(self.node_id)
+        if leader < 0 or leader not in self.voters or reg is None:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "no active controller to allocate producer ids")
+        channel = self._id_channels.get(leader)
+        if channel is None:
+            host, port = self.voters[leader]
+            channel = self._id_channels[leader] = NodeChannel(leader, host, port, f"kbroker-{self.node_id}")
+        try:
+            resp = await channel.request(ApiKey.ALLOCATE_PRODUCER_IDS, 0, AllocateProducerIdsRequest(
+                broker_id=self.node_id, broker_epoch=reg.broker_epoch), self.request_timeout_s * 2)
+        except NodeRequestError as exc:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"controller {leader}: {exc}") from None
+        if resp.error_code:
+            raise KafkaError(ErrorCode(resp.error_code), "allocating producer ids failed")
+        return resp.producer_id_start, resp.producer_id_len
 
     # ------------------------------------------------------------------ broker registration and heartbeats
     async def broker_lifecycle(self, endpoints: list[Any]) -> None:

@@ -23,9 +23,13 @@ Version notes:
 
 from __future__ import annotations
 
+import logging
+
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import InitProducerIdRequest, InitProducerIdResponse
+
+log = logging.getLogger(__name__)
 
 API_KEY = ApiKey.INIT_PRODUCER_ID
 VERSIONS = range(0, 6)
@@ -40,6 +44,14 @@ def _error(code: int) -> InitProducerIdResponse:
 
 async def handle(ctx, request: InitProducerIdRequest) -> InitProducerIdResponse:
     tc = ctx.broker.transaction_coordinator
+    quorum = ctx.broker.metadata_quorum
+    if quorum is not None and tc.producer_id_manager.exhausted:
+        # In a cluster, a block of ids is used only once the quorum committed it (AllocateProducerIds).
+        try:
+            tc.producer_id_manager.add_block(*await quorum.allocate_producer_ids())
+        except KafkaError as exc:
+            log.info("no producer id block yet: %s", exc)
+            return _error(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)  # retriable, as Kafka answers without a block
     has_id = request.producer_id != NO_PRODUCER_ID
     has_epoch = request.producer_epoch != NO_PRODUCER_EPOCH
     if has_id != has_epoch:
