@@ -174,9 +174,12 @@ class MetadataQuorum:
             c.activate(cl.epoch)
             if "metadata.version" not in c.image.features:
                 self._bootstrap()
-        elif not cl.is_leader and c.is_active:
+        elif c.is_active and (not cl.is_leader or cl.epoch != c.leader_epoch):
+            # deposed, or leader again in a later epoch without this loop seeing the change: what was appended
+            # in the old epoch and not committed is forgotten either way
             c.renounce()
             self._fail_waiters(ErrorCode.NOT_CONTROLLER)
+            self._check_active()
 
     def _bootstrap(self) -> None:
         from kbroker.controller.quorum_controller import BOOTSTRAP_FEATURES
