@@ -7,8 +7,9 @@
 ``format`` writes ``meta.properties`` (``version=1``, ``cluster.id``, ``node.id``, a fresh ``directory.id``) into
 every ``log.dirs`` entry and the ``metadata.log.dir``: exactly what kbroker's controller writes on a first start
 and checks on every start, so a formatted node starts with the chosen cluster id. The metadata log itself (its
-bootstrap records: ``metadata.version`` 4.3-IV0 and ``group.version`` 1) is written by that first start;
-kbroker's metadata quorum is always the node itself, so ``--standalone``, ``--initial-controllers`` and
+bootstrap records: ``metadata.version`` 4.3-IV0 and ``group.version`` 1) is written by that first start, or in
+a cluster by the first active controller. kbroker's voters are static (``controller.quorum.voters``; dynamic
+voters, KIP-853, are not implemented), so ``--standalone``, ``--initial-controllers`` and
 ``--no-initial-controllers`` are accepted and change nothing. ``info`` reports what is on disk.
 """
 
@@ -40,8 +41,10 @@ def build_parser() -> ToolParser:
     fmt.add_argument("--release-version", "-r", help=f"the metadata.version to bootstrap ({METADATA_VERSION})")
     fmt.add_argument("--feature", "-f", action="append", default=[], metavar="NAME=LEVEL",
                      help="a feature level to bootstrap (only the levels kbroker bootstraps are accepted)")
-    fmt.add_argument("--standalone", "-s", action="store_true", help="this node is the only voter (always true)")
-    fmt.add_argument("--initial-controllers", "-I", help="the initial voters; must be this node alone")
+    fmt.add_argument("--standalone", "-s", action="store_true",
+                     help="this node is the only voter (accepted; the voters come from controller.quorum.voters)")
+    fmt.add_argument("--initial-controllers", "-I",
+                     help="the initial voters; must match controller.quorum.voters (this node alone without it)")
     fmt.add_argument("--no-initial-controllers", "-N", action="store_true", help="accepted; changes nothing")
     fmt.add_argument("--add-scram", "-S", action="append", default=[], help="not supported")
     return p
@@ -95,11 +98,20 @@ def format_command(args: Any) -> int:
     if args.add_scram:
         raise CliError("--add-scram is not supported: kbroker has no SASL/SCRAM listener")
     if args.initial_controllers:
+        from kbroker.controller.quorum_controller import parse_quorum_voters
+
         voters = [v.strip() for v in args.initial_controllers.split(",") if v.strip()]
         ids = {v.split("@", 1)[0].split("-", 1)[0] for v in voters}
-        if ids != {str(node_id)}:
-            raise CliError(f"kbroker's metadata quorum is the node itself: --initial-controllers must name only "
-                           f"node {node_id}, got {args.initial_controllers}")
+        try:
+            configured = {str(i) for i in parse_quorum_voters(config.get("controller.quorum.voters"))}
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+        if not configured and ids != {str(node_id)}:
+            raise CliError(f"without controller.quorum.voters the metadata quorum is this node only: "
+                           f"--initial-controllers must name only node {node_id}, got {args.initial_controllers}")
+        if configured and ids != configured:
+            raise CliError(f"--initial-controllers names nodes {', '.join(sorted(ids))}, controller.quorum.voters "
+                           f"names {', '.join(sorted(configured))}: kbroker's voters are the static ones")
     dirs = directories(config)
     metadata_dir = Path(config.metadata_log_dir)
     todo = []

@@ -101,3 +101,13 @@ def test_info_reports_problems(tmp_path, run):
         "version=1\ncluster.id=AAAAAAAAAAAAAAAAAAAAAQ\nnode.id=3\ndirectory.id=4znU-ou9Taa06bmEJxsjnw\n")
     status, out, _ = run(storage.main, "info", "-c", cfg)
     assert status == 1 and "but other directories featured" in out
+
+
+def test_initial_controllers_must_match_the_static_voters(tmp_path, run):
+    cfg = write_config(tmp_path, **{"controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9095,3@127.0.0.1:9097"})
+    status, _, err = run(storage.main, "format", "-t", "MkU3OEVBNTcwNTJENDM2Qg", "-c", cfg,
+                         "--initial-controllers", "1@h:9093:4znU-ou9Taa06bmEJxsjnw,2@h:9094:4znU-ou9Taa06bmEJxsjnQ")
+    assert status == 1 and "controller.quorum.voters names 1, 2, 3" in err
+    status, out, err = run(storage.main, "format", "-t", "MkU3OEVBNTcwNTJENDM2Qg", "-c", cfg,
+                           "--initial-controllers", "1@a:9093:x,2@b:9095:y,3@c:9097:z")
+    assert status == 0, err

@@ -1,8 +1,12 @@
 """DescribeQuorum (API key 55), versions 0-2.
 
-Behavior: the metadata quorum of a combined broker+controller node is a quorum of one (see
-:mod:`kbroker.controller.quorum_controller`): this node is the leader and the only voter, in the controller's
-current leader epoch. The high watermark is the metadata log end offset (a quorum of one commits on its own
+Behavior, cluster (``controller.quorum.voters`` names other nodes): the leader answers with its epoch, high
+watermark and each voter's log end offset and last fetch as it last heard them (lag is the client's to
+compute); any other node answers NOT_LEADER_OR_FOLLOWER naming the leader it knows, as Kafka's voters do. The
+``Nodes`` list (v2) gives every voter's controller endpoint from ``controller.quorum.voters``.
+
+Behavior, a quorum of one (the embedded default, see :mod:`kbroker.controller.quorum_controller`): this node is
+the leader and the only voter, in the controller's current leader epoch. The high watermark is the metadata log end offset (a quorum of one commits on its own
 fsync), which is also the voter's log end offset; its fetch and caught-up timestamps are "now", as Kafka's
 leader reports for itself. There are no observers. Only ``__cluster_metadata`` partition 0 exists: any other
 topic or partition in the request gets UNKNOWN_TOPIC_OR_PARTITION.
