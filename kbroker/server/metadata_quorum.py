@@ -85,9 +85,8 @@ class MetadataQuorum:
         self.manager: RaftManager | None = None
         self.client: RaftClient | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._registered = asyncio.Event()
-        self._forward_channels: dict[tuple[int, str, int], NodeChannel] = {}
-        self._id_channels: dict[int, NodeChannel] = {}
+        #: connections to other nodes: (node id, host, port, client id) -> channel, closed by stop()
+        self._channels: dict[tuple[int, str, int, str], NodeChannel] = {}
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -120,8 +119,9 @@ class MetadataQuorum:
             await self.manager.stop(graceful=True)
         self._fail_waiters(ErrorCode.NOT_CONTROLLER)
         self.controller.renounce()
-        for ch in [*self._forward_channels.values(), *self._id_channels.values()]:
+        for ch in self._channels.values():
             await ch.close()
+        self._channels.clear()
 
     async def wait_caught_up(self, timeout_s: float) -> None:
         """Wait until a leader is known, its committed records are applied here and the cluster is bootstrapped
@@ -239,10 +239,7 @@ class MetadataQuorum:
         ep = reg.endpoint(listener) or (reg.endpoints[0] if reg.endpoints else None)
         if ep is None:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, f"controller {leader} has no listener {listener}")
-        key = (leader, ep.host, ep.port)
-        ch = self._forward_channels.get(key)
-        if ch is None:
-            ch = self._forward_channels[key] = NodeChannel(leader, ep.host, ep.port, f"{FORWARDED_PREFIX}{self.node_id}")
+        ch = self._channel(leader, ep.host, ep.port, f"{FORWARDED_PREFIX}{self.node_id}")
         try:
             return await ch.request(api_key, version, request, self.request_timeout_s * 2)
         except NodeRequestError as exc:
@@ -261,12 +258,8 @@ class MetadataQuorum:
         reg = c.image.brokers.get(self.node_id)
         if leader < 0 or leader not in self.voters or reg is None:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no active controller to allocate producer ids")
-        channel = self._id_channels.get(leader)
-        if channel is None:
-            host, port = self.voters[leader]
-            channel = self._id_channels[leader] = NodeChannel(leader, host, port, f"kbroker-{self.node_id}")
         try:
-            resp = await channel.request(ApiKey.ALLOCATE_PRODUCER_IDS, 0, AllocateProducerIdsRequest(
+            resp = await self._controller_channel(leader).request(ApiKey.ALLOCATE_PRODUCER_IDS, 0, AllocateProducerIdsRequest(
                 broker_id=self.node_id, broker_epoch=reg.broker_epoch), self.request_timeout_s * 2)
         except NodeRequestError as exc:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, f"controller {leader}: {exc}") from None
@@ -280,28 +273,27 @@ class MetadataQuorum:
         is active) until the committed image shows this incarnation, then send BrokerHeartbeat every
         ``broker.heartbeat.interval.ms``; register again when the controller answers STALE_BROKER_EPOCH or
         BROKER_ID_NOT_REGISTERED. Runs until cancelled."""
-        channels: dict[int, NodeChannel] = {}
-        try:
-            while True:
-                await self._register(endpoints, channels)
-                await self._heartbeat_until_stale(channels)
-        finally:
-            for ch in channels.values():
-                await ch.close()
+        while True:
+            await self._register(endpoints)
+            await self._heartbeat_until_stale()
 
-    def _channel(self, channels: dict[int, NodeChannel], leader: int) -> NodeChannel:
-        ch = channels.get(leader)
+    def _channel(self, node_id: int, host: str, port: int, client_id: str) -> NodeChannel:
+        key = (node_id, host, port, client_id)
+        ch = self._channels.get(key)
         if ch is None:
-            host, port = self.voters[leader]
-            ch = channels[leader] = NodeChannel(leader, host, port, f"kbroker-{self.node_id}")
+            ch = self._channels[key] = NodeChannel(node_id, host, port, client_id)
         return ch
 
-    async def _register(self, endpoints: list[Any], channels: dict[int, NodeChannel]) -> None:
+    def _controller_channel(self, leader: int) -> NodeChannel:
+        """To a voter's controller listener (``controller.quorum.voters``)."""
+        host, port = self.voters[leader]
+        return self._channel(leader, host, port, f"kbroker-{self.node_id}")
+
+    async def _register(self, endpoints: list[Any]) -> None:
         c = self.controller
         while True:
             reg = c.image.brokers.get(self.node_id)
             if reg is not None and reg.incarnation_id == c.incarnation_id and not reg.fenced:
-                self._registered.set()
                 log.info("registered as broker %d (broker epoch %d) with the active controller %d",
                          self.node_id, reg.broker_epoch, self.leader_id)
                 return
@@ -318,7 +310,7 @@ class MetadataQuorum:
                             for e in endpoints],
                         features=[], rack=c.config.get("broker.rack").strip() or None,
                         is_migrating_zk_broker=False, log_dirs=c._data_dir_ids(), previous_broker_epoch=-1)
-                    resp = await self._channel(channels, leader).request(ApiKey.BROKER_REGISTRATION, 4, req,
+                    resp = await self._controller_channel(leader).request(ApiKey.BROKER_REGISTRATION, 4, req,
                                                                          self.request_timeout_s)
                     if resp.error_code:
                         log.info("broker registration with controller %d: %s", leader,
@@ -339,7 +331,7 @@ class MetadataQuorum:
         while time.monotonic() < deadline and not cond():
             await asyncio.sleep(0.02)
 
-    async def _heartbeat_until_stale(self, channels: dict[int, NodeChannel]) -> None:
+    async def _heartbeat_until_stale(self) -> None:
         c = self.controller
         while True:
             await asyncio.sleep(self.heartbeat_interval_s)
@@ -354,7 +346,7 @@ class MetadataQuorum:
                     continue
                 req = BrokerHeartbeatRequest(broker_id=self.node_id, broker_epoch=reg.broker_epoch,
                                              current_metadata_offset=c.image.offset)
-                resp = await self._channel(channels, leader).request(ApiKey.BROKER_HEARTBEAT, 2, req,
+                resp = await self._controller_channel(leader).request(ApiKey.BROKER_HEARTBEAT, 2, req,
                                                                      self.request_timeout_s)
                 if resp.error_code in (ErrorCode.STALE_BROKER_EPOCH, ErrorCode.BROKER_ID_NOT_REGISTERED):
                     log.info("controller %d: %s; registering again", leader, ErrorCode(resp.error_code).name)
