@@ -59,6 +59,7 @@ import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicInteger;
 
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.QuorumInfo;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.Config;
 import org.apache.kafka.clients.admin.ConfigEntry;
@@ -525,6 +526,16 @@ public final class KafkaDriver {
                     for (Node n : r.nodes().get()) nodes.add(nodeJson(n));
                     emit(obj("event", "cluster", "cluster_id", r.clusterId().get(), "controller", nodeJson(r.controller().get()),
                             "nodes", nodes, "authorized_operations", opNames(r.authorizedOperations().get())));
+                    return 0;
+                }
+                case "describe-quorum": {
+                    QuorumInfo q = admin.describeMetadataQuorum().quorumInfo().get();
+                    List<Object> voters = new ArrayList<>();
+                    for (QuorumInfo.ReplicaState r : q.voters()) voters.add(obj("id", r.replicaId(), "log_end_offset", r.logEndOffset()));
+                    List<Object> observers = new ArrayList<>();
+                    for (QuorumInfo.ReplicaState r : q.observers()) observers.add(obj("id", r.replicaId(), "log_end_offset", r.logEndOffset()));
+                    emit(obj("event", "quorum", "leader", q.leaderId(), "epoch", q.leaderEpoch(), "high_watermark", q.highWatermark(),
+                            "voters", voters, "observers", observers));
                     return 0;
                 }
                 case "describe-configs": {

@@ -49,6 +49,7 @@ from kbroker.controller.image import (
     MetadataImage,
     is_internal,
 )
+from kbroker.controller.replica_placement import place_replicas
 from kbroker.controller.records import decode_metadata_record, encode_metadata_record
 from kbroker.controller.replication_control import (
     list_partition_reassignments,
@@ -878,9 +879,7 @@ class QuorumController:
                                  f"of {rf} cannot be reached because only {len(live)} broker(s) are registered.")
             if num_partitions <= 0:
                 raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Invalid default num.partitions {num_partitions}")
-            ids = [b.node_id for b in live]
-            start = int.from_bytes(os.urandom(2), "big") % len(ids) if len(ids) > 1 else 0
-            assignment = {p: [ids[(start + p + i) % len(ids)] for i in range(rf)] for p in range(num_partitions)}
+            assignment = place_replicas([(b.node_id, b.rack) for b in live], num_partitions, rf)
         topic_id = random_uuid()
         while topic_id in image.topics_by_id:
             topic_id = random_uuid()

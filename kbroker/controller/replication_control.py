@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import Callable, Mapping, Sequence
 
 from kbroker.controller.image import MetadataImage, PartitionImage
+from kbroker.controller.replica_placement import place_replicas
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.metadata_records import PartitionChangeRecord, PartitionRecord
 
@@ -118,7 +119,8 @@ def plan_create_partitions(image: MetadataImage, topics: Sequence[tuple[str, int
                                          f"Unable to replicate the partition {rf} time(s): The target replication "
                                          f"factor of {rf} cannot be reached because only {len(unfenced)} broker(s) "
                                          "are registered.")
-                    replicas = [unfenced[(pid + j) % len(unfenced)] for j in range(rf)]
+                    replicas = place_replicas([(b, image.brokers[b].rack) for b in unfenced], 1, rf, pid,
+                                              start_index=pid, start_shift=pid // len(unfenced))[pid]
                     isr = list(replicas)
                 new.append(PartitionRecord(partition_id=pid, topic_id=topic.topic_id, replicas=replicas, isr=isr,
                                            removing_replicas=[], adding_replicas=[], leader=isr[0], leader_epoch=0,

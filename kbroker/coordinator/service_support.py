@@ -64,17 +64,43 @@ class PartitionLoader:
             await asyncio.gather(*list(self.tasks.values()), return_exceptions=True)
 
 
+def internal_topic_replication(controller: Any, replication_factor: int) -> int:
+    """The replication factor an internal topic is created with: the configured one capped at the number of live
+    brokers (at least 1), so a single node or a small cluster can serve it."""
+    image = controller.image
+    live = len(image.live_brokers()) if hasattr(image, "live_brokers") else 1
+    return max(1, min(replication_factor, live))
+
+
 def create_internal_topic(controller: Any, name: str, num_partitions: int, replication_factor: int,
                           configs: dict[str, str]) -> int:
     """Create the internal topic ``name`` unless it exists; returns NONE or COORDINATOR_NOT_AVAILABLE.
 
-    The replication factor is capped at the number of live brokers, so a single node can serve it.
+    The replication factor is capped at the number of live brokers (:func:`internal_topic_replication`). In a
+    cluster only the active controller creates topics here (NOT_CONTROLLER elsewhere: COORDINATOR_NOT_AVAILABLE);
+    the server forwards the creation from other nodes (``MetadataQuorum.create_topic_soon``).
     """
     from kbroker.controller.quorum_controller import CreateTopicSpec
 
     image = controller.image
     if name in image.topics_by_name:
         return ErrorCode.NONE
+    replication = internal_topic_replication(controller, replication_factor)
+    spec = CreateTopicSpec(name=name, num_partitions=num_partitions, replication_factor=replication,
+                           configs=configs)
+    try:
+        result = controller.create_topics([spec])[0]
+    except KafkaError as exc:  # NOT_CONTROLLER: in a cluster, only the active controller creates topics
+        log.info("cannot create %s here: %s", name, exc)
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    except Exception:
+        log.exception("creating %s failed", name)
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if result.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+        log.warning("creating %s failed: %s %s", name, ErrorCode(result.error_code).name, result.error_message)
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    log.info("created %s with %d partitions (replication factor %d)", name, num_partitions, replication)
+    return ErrorCode.NONE
     live = len(image.live_brokers()) if hasattr(image, "live_brokers") else 1
     replication = max(1, min(replication_factor, live))
     spec = CreateTopicSpec(name=name, num_partitions=num_partitions, replication_factor=replication,

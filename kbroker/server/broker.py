@@ -37,7 +37,10 @@ CONFIG_RESOURCE_BROKER = 4
 
 
 class Broker:
-    """A combined broker+controller node (``process.roles=broker,controller``)."""
+    """One kbroker node, in the roles of ``process.roles`` (Kafka 4.x): ``broker,controller`` (combined; the
+    embedded default), ``controller`` (a voter of the metadata quorum only: no client listener, no partitions, no
+    coordinators) or ``broker`` (serves clients and partitions, follows the metadata log as an observer of the
+    quorum named by ``controller.quorum.voters`` and registers with its active controller)."""
 
     def __init__(self, config: BrokerConfig) -> None:
         from kbroker.controller.quorum_controller import QuorumController
@@ -48,6 +51,8 @@ class Broker:
 
         self.config = config
         self.node_id = config.node_id
+        #: this node serves clients and hosts partitions (``broker`` in ``process.roles``)
+        self.is_broker = "broker" in config.process_roles
         self.controller = QuorumController(config)
         #: the controller on Raft when ``controller.quorum.voters`` names other nodes (else None: a quorum of one)
         self.metadata_quorum: Any = None
@@ -187,11 +192,12 @@ class Broker:
             return t is not None and partition in t.partitions and (topic_id is None or topic_id == t.topic_id)
 
         self.log_manager.mark_strays(known)
-        self.replica_manager.apply_image(self.controller.image)
-        self.controller.add_listener(self.replica_manager.on_metadata_update)
-        self.controller.add_listener(self._apply_config_changes)
-        self.group_coordinator.startup()  # loads __consumer_offsets partitions; follows metadata changes
-        self.transaction_coordinator.startup()  # loads __transaction_state; finishes prepared transactions
+        if self.is_broker:
+            self.replica_manager.apply_image(self.controller.image)
+            self.controller.add_listener(self.replica_manager.on_metadata_update)
+            self.controller.add_listener(self._apply_config_changes)
+            self.group_coordinator.startup()  # loads __consumer_offsets partitions; follows metadata changes
+            self.transaction_coordinator.startup()  # loads __transaction_state; finishes prepared transactions
         freeze_long_lived("start-up")  # partitions loaded at start-up stay out of full collections
         loop = asyncio.get_running_loop()
         await self._start_metrics()
@@ -204,7 +210,7 @@ class Broker:
                               self.controller._security_protocol(lst.name))
                      for lst in (self.advertised_listener(x.name) for x in self.config.advertised_listeners) if lst]
         if self.metadata_quorum is not None:
-            if "broker" in self.config.process_roles:
+            if self.is_broker:
                 self._tasks.append(loop.create_task(self.metadata_quorum.broker_lifecycle(endpoints)))
         elif any(lst.port == 0 for lst in self.config.advertised_listeners):
             # ephemeral ports are known only now: register the endpoints clients must use
@@ -345,8 +351,9 @@ class Broker:
                 pass
         if self.metrics is not None:
             await self.metrics.close()
-        self.transaction_coordinator.shutdown()
-        self.group_coordinator.shutdown()
+        if self.is_broker:
+            self.transaction_coordinator.shutdown()
+            self.group_coordinator.shutdown()
         self.log_manager.shutdown()
         self.controller.shutdown()
         self.dir_locks.release()

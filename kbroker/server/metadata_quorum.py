@@ -87,6 +87,9 @@ class MetadataQuorum:
         self._tasks: list[asyncio.Task[None]] = []
         #: connections to other nodes: (node id, host, port, client id) -> channel, closed by stop()
         self._channels: dict[tuple[int, str, int, str], NodeChannel] = {}
+        #: internal topics being created through the active controller (create_topic_soon)
+        self._creating: dict[str, asyncio.Task[None]] = {}
+        self._closing = False
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -107,14 +110,17 @@ class MetadataQuorum:
         self._tasks.append(loop.create_task(self._fence_stale_brokers(), name="metadata-quorum-fencing"))
 
     async def stop(self) -> None:
-        for t in self._tasks:
+        self._closing = True
+        pending = [*self._tasks, *self._creating.values()]
+        for t in pending:
             t.cancel()
-        for t in self._tasks:
+        for t in pending:
             try:
                 await t
             except (asyncio.CancelledError, Exception):
                 pass
         self._tasks.clear()
+        self._creating.clear()
         if self.manager is not None:
             await self.manager.stop(graceful=True)
         self._fail_waiters(ErrorCode.NOT_CONTROLLER)
@@ -228,22 +234,49 @@ class MetadataQuorum:
 
     # ------------------------------------------------------------------ forwarding to the active controller
     async def forward(self, api_key: int, version: int, request: Any, listener: str) -> Any:
-        """Send a controller-bound request (CreateTopics, DeleteTopics, ...) that reached this standby to the
-        active controller's listener of the same name and return its answer, as Kafka's brokers forward admin
-        requests. Raises ``KafkaError(NOT_CONTROLLER)`` when no active controller is known or reachable (the
-        client retries)."""
+        """Send a controller-bound request (CreateTopics, DeleteTopics, ...) that reached this node to the active
+        controller and return its answer, as Kafka's brokers forward admin requests to the controller: over the
+        active controller's controller listener (``controller.quorum.voters``), so it works whether that node is
+        combined or controller-only (``listener``: where the request came in, for the log). Raises
+        ``KafkaError(NOT_CONTROLLER)`` when no active controller is known or reachable (the client retries)."""
         leader = self.leader_id
-        reg = self.controller.image.brokers.get(leader) if leader >= 0 else None
-        if leader == self.node_id or reg is None:
+        if leader < 0 or leader == self.node_id or leader not in self.voters:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no active controller to forward to")
-        ep = reg.endpoint(listener) or (reg.endpoints[0] if reg.endpoints else None)
-        if ep is None:
-            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"controller {leader} has no listener {listener}")
-        ch = self._channel(leader, ep.host, ep.port, f"{FORWARDED_PREFIX}{self.node_id}")
+        host, port = self.voters[leader]
+        ch = self._channel(leader, host, port, f"{FORWARDED_PREFIX}{self.node_id}")
         try:
             return await ch.request(api_key, version, request, self.request_timeout_s * 2)
         except NodeRequestError as exc:
+            log.debug("forwarding %s from listener %s to controller %d failed: %s", api_key, listener, leader, exc)
             raise KafkaError(ErrorCode.NOT_CONTROLLER, f"forwarding to controller {leader} failed: {exc}") from None
+
+    def create_topic_soon(self, name: str, num_partitions: int, replication_factor: int,
+                          configs: dict[str, str]) -> None:
+        """Have the active controller create topic ``name`` (an internal topic a coordinator needs), with a
+        CreateTopics forwarded in the background; at most one such request per topic at a time. Its outcome is
+        only logged: the caller looks for the topic in the committed image."""
+        if name in self._creating or self._closing:
+            return
+        from kbroker.protocol.messages import CreateTopicsRequest as Req
+
+        req = Req(topics=[Req.CreatableTopic(name=name, num_partitions=num_partitions,
+                                             replication_factor=replication_factor,
+                                             configs=[Req.CreatableTopicConfig(name=k, value=v)
+                                                      for k, v in sorted(configs.items())])],
+                  timeout_ms=int(self.request_timeout_s * 1000))
+
+        async def create() -> None:
+            try:
+                resp = await self.forward(ApiKey.CREATE_TOPICS, 5, req, "internal")
+                err = resp.topics[0].error_code if resp.topics else ErrorCode.UNKNOWN_SERVER_ERROR
+                if err not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
+                    log.info("creating %s through the active controller: %s", name, ErrorCode(err).name)
+            except KafkaError as exc:
+                log.info("creating %s through the active controller: %s", name, exc)
+            finally:
+                self._creating.pop(name, None)
+
+        self._creating[name] = asyncio.get_running_loop().create_task(create(), name=f"create-{name}")
 
     # ------------------------------------------------------------------ producer ids
     async def allocate_producer_ids(self) -> tuple[int, int]:

@@ -1,14 +1,18 @@
 """Several kbroker processes on 127.0.0.1 forming one cluster with a KRaft-style metadata quorum.
 
-``KbrokerCluster(root, nodes=3)`` gives each node a client listener (PLAINTEXT) and a controller listener
-(CONTROLLER) on free ports, one cluster id, and ``controller.quorum.voters`` naming every node: combined
-broker+controller nodes (``process.roles=broker,controller``). Nodes are :class:`KbrokerProcess` objects, so
-each can be killed (``kill -9``), stopped, paused (SIGSTOP/SIGCONT) and restarted on its own::
+``KbrokerCluster(root, nodes=3)`` starts combined broker+controller nodes (``process.roles=broker,controller``)
+with ids 1..3, each with a client listener (PLAINTEXT) and a controller listener (CONTROLLER) on free ports, one
+cluster id, and ``controller.quorum.voters`` naming every node. ``KbrokerCluster(root, nodes=3, brokers=3)``
+separates the roles as production clusters do: nodes 1..3 are controllers only (``process.roles=controller``,
+a CONTROLLER listener and nothing else), nodes 4..6 brokers only (``process.roles=broker``, a PLAINTEXT
+listener; they follow the metadata log as observers and register with the active controller).
+Nodes are :class:`KbrokerProcess` objects, so each can be killed (``kill -9``), stopped, paused
+(SIGSTOP/SIGCONT) and restarted on its own::
 
-    with KbrokerCluster(tmp_path) as cluster:
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    with KbrokerCluster(tmp_path, nodes=3, brokers=3) as cluster:
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})   # the brokers
         cluster.kill(cluster.controller_id())
-        cluster.restart(2)
+        cluster.restart(5)
 
 Every wait is bounded (``timeout`` seconds) and raises on expiry.
 """
@@ -25,44 +29,83 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
-from kbroker.testing.plugin import KbrokerProcess, free_port, tcp_connectable, wait_for_broker
+from kbroker.testing.plugin import (BrokerStartError, KbrokerProcess, api_versions_probe, free_port,
+                                    tcp_connectable)
 
-__all__ = ["KbrokerCluster"]
+__all__ = ["ControllerProcess", "KbrokerCluster"]
 
 
 def _cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+class ControllerProcess(KbrokerProcess):
+    """A controller-only node (``process.roles=controller``): its one listener is the controller listener
+    (``port``); it is ready once that listener answers ApiVersions (a quorum needs a majority to do more)."""
+
+    def base_properties(self) -> dict[str, str]:
+        props = super().base_properties()
+        props.update({"process.roles": "controller", "listeners": f"CONTROLLER://{self.host}:{self.port}"})
+        props.pop("advertised.listeners", None)
+        return props
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not (tcp_connectable(self.host, self.port, timeout=1.0) and api_versions_probe(self.host, self.port)):
+            if not self.is_running():
+                raise BrokerStartError(f"controller {self.node_id} exited during startup\n"
+                                       f"{self.log_tail(60, since=self._start_offset)}")
+            if time.monotonic() > deadline:
+                raise BrokerStartError(f"controller {self.node_id} not answering on {self.bootstrap} after "
+                                       f"{timeout:.0f}s\n{self.log_tail(60, since=self._start_offset)}")
+            time.sleep(0.1)
+
+
 class KbrokerCluster:
-    """``nodes`` combined nodes with ids 1..nodes; see the module docstring."""
+    """``nodes`` voters with ids 1..nodes (combined nodes, or controllers only when ``brokers`` > 0) and
+    ``brokers`` broker-only nodes with ids nodes+1..nodes+brokers; see the module docstring."""
 
     def __init__(self, root: str | os.PathLike[str], nodes: int = 3, overrides: Mapping[str, Any] | None = None,
-                 host: str = "127.0.0.1", start_timeout: float = 90.0) -> None:
+                 host: str = "127.0.0.1", start_timeout: float = 90.0, brokers: int = 0) -> None:
         self.root = Path(root)
         self.host = host
         self.cluster_id = _cluster_id()
         self.start_timeout = start_timeout
         ids = list(range(1, nodes + 1))
+        #: the voters of the metadata quorum, and the nodes that serve clients
+        self.controller_ids = ids
+        self.broker_ids = list(range(nodes + 1, nodes + brokers + 1)) if brokers else ids
         self.controller_ports = {i: free_port(host) for i in ids}
         voters = ",".join(f"{i}@{host}:{p}" for i, p in self.controller_ports.items())
+        common = {"controller.listener.names": "CONTROLLER", "controller.quorum.voters": voters,
+                  "cluster.id": self.cluster_id}
+        extra = {str(k): str(v) for k, v in (overrides or {}).items()}
         self.nodes: dict[int, KbrokerProcess] = {}
         for i in ids:
+            if brokers:
+                self.nodes[i] = ControllerProcess(self.root / f"controller{i}", port=self.controller_ports[i],
+                                                  node_id=i, overrides={**common, **extra}, host=host,
+                                                  start_timeout=start_timeout)
+                continue
             port = free_port(host)
             props = {
                 "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{self.controller_ports[i]}",
                 "advertised.listeners": f"PLAINTEXT://{host}:{port}",
-                "controller.listener.names": "CONTROLLER",
-                "controller.quorum.voters": voters,
-                "cluster.id": self.cluster_id,
-                **{str(k): str(v) for k, v in (overrides or {}).items()},
+                **common, **extra,
             }
             self.nodes[i] = KbrokerProcess(self.root / f"node{i}", port=port, node_id=i, overrides=props,
+                                           host=host, start_timeout=start_timeout)
+        for i in self.broker_ids if brokers else ():
+            port = free_port(host)
+            props = {"process.roles": "broker", "listeners": f"PLAINTEXT://{host}:{port}",
+                     "advertised.listeners": f"PLAINTEXT://{host}:{port}", **common, **extra}
+            self.nodes[i] = KbrokerProcess(self.root / f"broker{i}", port=port, node_id=i, overrides=props,
                                            host=host, start_timeout=start_timeout)
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(n.bootstrap for n in self.nodes.values())
+        """The brokers' client listeners."""
+        return ",".join(self.nodes[i].bootstrap for i in self.broker_ids)
 
     def running(self) -> list[int]:
         return [i for i, n in self.nodes.items() if n.is_running()]
@@ -73,9 +116,27 @@ class KbrokerCluster:
         for n in self.nodes.values():
             n._spawn()
         for n in self.nodes.values():
-            wait_for_broker(n.bootstrap, self.start_timeout, alive=n.is_running,
-                            describe=lambda n=n: n.log_tail(60, since=n._start_offset))
+            n.wait_ready(self.start_timeout)
+        self.wait_registered()
         return self
+
+    def wait_registered(self, timeout: float | None = None, brokers: list[int] | None = None) -> None:
+        """Wait until every running broker lists ``brokers`` (default: the running brokers) in its Metadata
+        answer: each has registered and every broker's image has caught up with that."""
+        want = set(brokers if brokers is not None else [i for i in self.broker_ids if self.nodes[i].is_running()])
+        deadline = time.monotonic() + (timeout or self.start_timeout)
+        seen: dict[int, set[int]] = {}
+        while time.monotonic() < deadline:
+            for i in self.broker_ids:
+                if self.nodes[i].is_running():
+                    try:
+                        seen[i] = metadata_brokers(self.host, self.nodes[i].port)
+                    except (OSError, ValueError):
+                        seen[i] = set()
+            if all(seen.get(i) == want for i in want):
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"brokers {sorted(want)} not all registered within the timeout (each saw {seen})")
 
     def restart(self, node_id: int) -> None:
         n = self.nodes[node_id]
@@ -125,27 +186,44 @@ class KbrokerCluster:
         raise TimeoutError(f"the nodes did not agree on a running controller within {timeout} s (saw {seen})")
 
 
-def quorum_leader(host: str, port: int, timeout: float = 5.0) -> int:
-    """The metadata quorum's leader id as the node at ``host:port`` knows it (DescribeQuorum v0 through
-    kbroker's codec; a standby answers NOT_LEADER_OR_FOLLOWER and still names the leader). -1: none known."""
+def _ask(host: str, port: int, api_key: int, version: int, request: Any, response_cls: type,
+         timeout: float = 5.0) -> Any:
+    """One request in a flexible version through kbroker's codec, on a fresh connection; the decoded answer."""
     from kbroker.protocol import codec
-    from kbroker.protocol.api_keys import ApiKey
-    from kbroker.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
-
-    req = DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
-        topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.PartitionData(partition_index=0)])])
     from kbroker.protocol.headers import encode_request_header
 
-    body = encode_request_header(ApiKey.DESCRIBE_QUORUM, 0, 1, "kbroker-cluster-harness") + codec.encode(req, 0)
+    body = encode_request_header(api_key, version, 1, "kbroker-cluster-harness") + codec.encode(request, version)
     with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.sendall(struct.pack(">i", len(body)) + body)
         size = struct.unpack(">i", _recv_exactly(sock, 4))[0]
         frame = _recv_exactly(sock, size)
     pos = codec._skip_tagged(frame, 4)  # correlation id, then the flexible response header's tags
-    resp, _ = codec.decode(DescribeQuorumResponse, frame, 0, pos)
+    resp, _ = codec.decode(response_cls, frame, version, pos)
+    return resp
+
+
+def quorum_leader(host: str, port: int, timeout: float = 5.0) -> int:
+    """The metadata quorum's leader id as the node at ``host:port`` knows it (DescribeQuorum v0 through
+    kbroker's codec; a standby answers NOT_LEADER_OR_FOLLOWER and still names the leader). -1: none known."""
+    from kbroker.protocol.api_keys import ApiKey
+    from kbroker.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
+
+    req = DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
+        topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.PartitionData(partition_index=0)])])
+    resp = _ask(host, port, ApiKey.DESCRIBE_QUORUM, 0, req, DescribeQuorumResponse, timeout)
     if resp.error_code or not resp.topics or not resp.topics[0].partitions:
         raise ValueError(f"DescribeQuorum failed: error {resp.error_code}")
     return resp.topics[0].partitions[0].leader_id
+
+
+def metadata_brokers(host: str, port: int, timeout: float = 5.0) -> set[int]:
+    """The broker ids that the node at ``host:port`` itself lists in Metadata (v12, no topics): the registered,
+    unfenced brokers of its committed metadata image."""
+    from kbroker.protocol.api_keys import ApiKey
+    from kbroker.protocol.messages import MetadataRequest, MetadataResponse
+
+    resp = _ask(host, port, ApiKey.METADATA, 12, MetadataRequest(topics=[]), MetadataResponse, timeout)
+    return {b.node_id for b in resp.brokers}
 
 
 def _recv_exactly(sock: socket.socket, n: int) -> bytes:

@@ -264,8 +264,7 @@ class KbrokerProcess:
         for attempt in range(3):
             self._spawn()
             try:
-                wait_for_broker(self.bootstrap, timeout, alive=self.is_running,
-                                describe=lambda: self.log_tail(60, since=self._start_offset))
+                self.wait_ready(timeout)
                 return self
             except BrokerStartError:
                 if self.is_running():
@@ -277,6 +276,11 @@ class KbrokerProcess:
                     continue
                 raise
         raise AssertionError("unreachable")
+
+    def wait_ready(self, timeout: float) -> None:
+        """Wait until the process serves clients (:func:`wait_for_broker`); raises BrokerStartError."""
+        wait_for_broker(self.bootstrap, timeout, alive=self.is_running,
+                        describe=lambda: self.log_tail(60, since=self._start_offset))
 
     def _spawn(self) -> None:
         self.write_config()

@@ -209,12 +209,17 @@ class GroupCoordinator:
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.num_partitions())
 
+    def internal_topic_spec(self) -> tuple[str, int, int, dict[str, str]]:
+        """``(name, partitions, configured replication factor, configs)`` of the topic this coordinator keeps its
+        state in, as it is created on first use."""
+        return (self.topic, self.config.offsets_topic_num_partitions,
+                self.config.offsets_topic_replication_factor,
+                {"cleanup.policy": "compact", "compression.type": "producer",
+                 "segment.bytes": str(self.config.offsets_topic_segment_bytes)})
+
     def ensure_offsets_topic(self) -> int:
         """Create ``__consumer_offsets`` if it does not exist; NONE, or COORDINATOR_NOT_AVAILABLE."""
-        return create_internal_topic(self.controller, self.topic, self.config.offsets_topic_num_partitions,
-                                     self.config.offsets_topic_replication_factor,
-                                     {"cleanup.policy": "compact", "compression.type": "producer",
-                                      "segment.bytes": str(self.config.offsets_topic_segment_bytes)})
+        return create_internal_topic(self.controller, *self.internal_topic_spec())
 
     def coordinator_state(self, group_id: str) -> int:
         """NONE when this node serves ``group_id`` now, else NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS."""

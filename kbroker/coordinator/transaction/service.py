@@ -161,12 +161,17 @@ class TransactionCoordinator:
     def partition_for(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.num_partitions())
 
+    def internal_topic_spec(self) -> tuple[str, int, int, dict[str, str]]:
+        """``(name, partitions, configured replication factor, configs)`` of the topic this coordinator keeps its
+        state in, as it is created on first use."""
+        return (self.topic, self.config.num_partitions,
+                self.config.replication_factor,
+                {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                 "segment.bytes": str(self.config.segment_bytes)})
+
     def ensure_topic(self) -> int:
         """Create ``__transaction_state`` if it does not exist; NONE, or COORDINATOR_NOT_AVAILABLE."""
-        return create_internal_topic(self.controller, self.topic, self.config.num_partitions,
-                                     self.config.replication_factor,
-                                     {"cleanup.policy": "compact", "compression.type": "uncompressed",
-                                      "segment.bytes": str(self.config.segment_bytes)})
+        return create_internal_topic(self.controller, *self.internal_topic_spec())
 
     def coordinator_state(self, transactional_id: str) -> int:
         try:

@@ -1,8 +1,10 @@
 """DescribeQuorum (API key 55), versions 0-2.
 
 Behavior, cluster (``controller.quorum.voters`` names other nodes): the leader answers with its epoch, high
-watermark and each voter's log end offset and last fetch as it last heard them (lag is the client's to
-compute); any other node answers NOT_LEADER_OR_FOLLOWER naming the leader it knows, as Kafka's voters do. The
+watermark and each voter's and observer's (broker's) log end offset and last fetch as it last heard them (lag
+is the client's to compute); any other node forwards the request to the leader's controller listener, as
+Kafka's brokers forward it to the controller, and answers NOT_LEADER_OR_FOLLOWER naming the leader it knows
+when that fails (or the request was already forwarded once). The
 ``Nodes`` list (v2) gives every voter's controller endpoint from ``controller.quorum.voters``.
 
 Behavior, a quorum of one (the embedded default, see :mod:`kbroker.controller.quorum_controller`): this node is
@@ -25,6 +27,7 @@ from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
 from kbroker.protocol.schema import ZERO_UUID
+from kbroker.server.handlers import common
 
 API_KEY = ApiKey.DESCRIBE_QUORUM
 VERSIONS = range(0, 3)
@@ -54,6 +57,11 @@ def _metadata_directory_id(controller) -> bytes:
 
 
 async def handle(ctx, request: DescribeQuorumRequest) -> DescribeQuorumResponse:
+    quorum = ctx.broker.metadata_quorum
+    if quorum is not None and not (quorum.client is not None and quorum.client.is_leader):
+        forwarded = await common.maybe_forward(ctx, request)  # as Kafka's brokers forward it to the controller
+        if forwarded is not None:
+            return forwarded
     v2 = ctx.api_version >= 2
     controller = ctx.broker.controller
     node_id = ctx.broker.node_id
@@ -128,4 +136,12 @@ def _fill_from_quorum(quorum, part, now_ms: int, v2: bool) -> None:
             replica_id=v, log_end_offset=end, last_fetch_timestamp=fetched,
             last_caught_up_timestamp=fetched if end >= client.high_watermark else -1))
     part.current_voters = voters
-    part.observers = []
+    observers = []
+    for o, r in sorted(client._replicas.items()):
+        if o in client.voters or r.end_offset < 0:
+            continue
+        fetched = now_ms - (mono_now - r.last_fetch_ms)
+        observers.append(DescribeQuorumResponse.ReplicaState(
+            replica_id=o, log_end_offset=r.end_offset, last_fetch_timestamp=fetched,
+            last_caught_up_timestamp=fetched if r.end_offset >= client.high_watermark else -1))
+    part.observers = observers

@@ -1,14 +1,15 @@
 """FindCoordinator (API key 10), versions 0-6.
 
 Behavior:
-* key type 0 (group): the group coordinator of every group is this node (a single node leads every partition
-  of ``__consumer_offsets``). The first lookup creates ``__consumer_offsets`` through the controller
-  (``offsets.topic.num.partitions`` partitions, compacted); if that fails the answer is
-  COORDINATOR_NOT_AVAILABLE, which clients retry;
-* key type 1 (transaction): this node as well; the first lookup creates ``__transaction_state``
-  (``transaction.state.log.num.partitions`` partitions, compacted), COORDINATOR_NOT_AVAILABLE if that fails;
+* key type 0 (group): the coordinator of a group is the leader of its partition of ``__consumer_offsets``
+  (Java's ``abs(hashCode) % partitions`` of the group id), at its advertised address on the listener the
+  request came in on (a single node leads them all). The first lookup creates ``__consumer_offsets``
+  (``offsets.topic.num.partitions`` partitions, compacted): through the controller here, or, on a cluster node
+  that is not the active controller, with a CreateTopics forwarded to it, answering COORDINATOR_NOT_AVAILABLE
+  (clients retry) until the topic is committed; also while the partition has no live leader;
+* key type 1 (transaction): the same for ``__transaction_state`` (``transaction.state.log.num.partitions``
+  partitions, compacted) and the transactional id;
 * other key types (2 = share groups, not served): INVALID_REQUEST;
-* the endpoint is this node's advertised address on the listener the request came in on.
 Version notes:
 * v1: KeyType, ErrorMessage; v3: flexible; v4+: batched ``CoordinatorKeys`` answered per key.
 """
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
+from kbroker.coordinator.runtime import partition_for
+from kbroker.coordinator.service_support import create_internal_topic, internal_topic_replication
 from kbroker.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse as R
 
 API_KEY = ApiKey.FIND_COORDINATOR
@@ -27,21 +30,42 @@ KEY_TYPE_TRANSACTION = 1
 
 
 def _find(ctx, key_type: int, key: str) -> tuple[int, int, str, int]:
-    """(error, node id, host, port) for one key."""
+    """(error, node id, host, port) for one key: the leader of the key's partition of the coordinator's topic,
+    at its address on the listener the request came in on."""
+    broker = ctx.broker
     if key_type == KEY_TYPE_GROUP:
-        error = ctx.broker.group_coordinator.ensure_offsets_topic()
-        if error:
-            return error, -1, "", -1
+        coordinator = broker.group_coordinator
     elif key_type == KEY_TYPE_TRANSACTION:
-        error = ctx.broker.transaction_coordinator.ensure_topic()
-        if error:
-            return error, -1, "", -1
+        coordinator = broker.transaction_coordinator
     else:
         return ErrorCode.INVALID_REQUEST, -1, "", -1
-    listener = ctx.broker.advertised_listener(ctx.listener_name)
-    if listener is None:
+    name, partitions, replication, configs = coordinator.internal_topic_spec()
+    controller = broker.controller
+    quorum = broker.metadata_quorum
+    if name not in controller.image.topics_by_name:
+        if quorum is not None and not controller.is_active:
+            # a cluster node that is not the active controller: the active one creates it (forwarded
+            # CreateTopics); meanwhile the client retries, as with Kafka's brokers
+            quorum.create_topic_soon(name, partitions, internal_topic_replication(controller, replication), configs)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        error = create_internal_topic(controller, name, partitions, replication, configs)
+        if error:
+            return error, -1, "", -1
+    topic = controller.image.topics_by_name.get(name)
+    if topic is None or not topic.partitions:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1  # created, not yet committed
+    part = topic.partitions.get(partition_for(key, len(topic.partitions)))
+    leader = part.leader if part is not None else -1
+    if leader == broker.node_id:
+        listener = broker.advertised_listener(ctx.listener_name)
+        if listener is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        return ErrorCode.NONE, leader, listener.host, listener.port
+    reg = controller.image.brokers.get(leader) if leader >= 0 else None
+    ep = reg.endpoint(ctx.listener_name) if reg is not None and not reg.fenced else None
+    if ep is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-    return ErrorCode.NONE, ctx.broker.node_id, listener.host, listener.port
+    return ErrorCode.NONE, leader, ep.host, ep.port
 
 
 async def handle(ctx, request: FindCoordinatorRequest) -> R:

@@ -28,7 +28,9 @@ Behavior:
   producer state refuses an older epoch;
 * internal topics (``__consumer_offsets``, ``__transaction_state``) refuse client writes with
   INVALID_TOPIC_EXCEPTION, as Kafka does;
-* acks=-1 answers once the high watermark passes the batch; with one node that is right after the append.
+* acks=-1 answers once the high watermark passes the batch (every in-sync replica holds it): with one node
+  right after the append; otherwise REQUEST_TIMED_OUT after the request's ``timeout_ms``
+  (:func:`wait_for_in_sync_replicas`).
 Version notes:
 * v8: record errors and error message; v10: CurrentLeader tag on leader errors; v13: topic ids.
 * v12 (transactions version 2, implicit AddPartitionsToTxn) is accepted but handled as version 1:
@@ -39,6 +41,8 @@ from __future__ import annotations
 
 import logging
 import struct
+import time
+from typing import Any
 
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import CorruptRecordError, ErrorCode, KafkaError, RecordErrors
@@ -158,6 +162,28 @@ def verify_transaction(broker, transactional_id: str, part, records: memoryview)
                                           f"{ErrorCode(code).name}")
 
 
+async def wait_for_in_sync_replicas(rm: Any, delayed: list[tuple[Any, int, Any]], timeout_s: float) -> None:
+    """Kafka's delayed produce for acks=-1: answer once every in-sync replica holds the batch (the partition's
+    high watermark passed its last offset), or when ``timeout_s`` (the request's ``timeout_ms``) has passed:
+    REQUEST_TIMED_OUT for those still short (the records stay in the log; a retry of an idempotent producer is
+    recognised as a duplicate), NOT_LEADER_OR_FOLLOWER when the leadership moved meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    pending = delayed
+    while True:
+        pending = [(p, last, pr) for p, last, pr in pending
+                   if p.high_watermark <= last and p.leader == rm.broker.node_id]
+        left = deadline - time.monotonic()
+        if not pending or left <= 0:
+            break
+        await rm.wait_for_data([p for p, _, _ in pending], left)
+    for part, last, pr in delayed:
+        if part.high_watermark > last:
+            continue
+        pr.error_code = (ErrorCode.NOT_LEADER_OR_FOLLOWER if part.leader != rm.broker.node_id
+                         else ErrorCode.REQUEST_TIMED_OUT)
+        pr.base_offset = -1
+
+
 async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
     broker = ctx.broker
     version = ctx.api_version
@@ -165,6 +191,8 @@ async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
     image = broker.controller.image
     acks = request.acks
     resp = ProduceResponse()
+    #: acks=-1 appends the in-sync replicas do not all hold yet: (partition, last offset, response)
+    delayed: list[tuple[Any, int, ProduceResponse.PartitionProduceResponse]] = []
     # like Kafka: transactional data without a transactional id fails the whole request
     request_error = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                      if request.transactional_id is None and has_transactional_records(request) else ErrorCode.NONE)
@@ -200,6 +228,8 @@ async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
                 pr.base_offset = info.first_offset
                 pr.log_append_time_ms = info.log_append_time
                 pr.log_start_offset = part.log_start_offset
+                if acks == -1 and part.high_watermark <= info.last_offset:
+                    delayed.append((part, info.last_offset, pr))
             except KafkaError as exc:
                 pr.error_code = exc.code
                 if version >= 8 and exc.message:
@@ -212,6 +242,8 @@ async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
             except OSError as exc:
                 log.error("append to %s-%d failed: %s", topic_data.name, pdata.index, exc)
                 pr.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+    if delayed:
+        await wait_for_in_sync_replicas(rm, delayed, request.timeout_ms / 1000)
     if acks == 0:
         # No response is due; like the Apache broker, close the connection when a partition failed so the
         # producer notices (it reconnects and refreshes metadata).

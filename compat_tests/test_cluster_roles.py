@@ -1,0 +1,161 @@
+"""A cluster with separate roles: three controllers and three brokers as six processes (issue 9).
+
+``KbrokerCluster(root, nodes=3, brokers=3)``: nodes 1-3 run ``process.roles=controller`` (a controller listener
+and nothing else), nodes 4-6 ``process.roles=broker`` (they follow the metadata log as observers of the quorum
+and register with its active controller). Checked with confluent-kafka and the Java client (kafka-clients
+4.3.0): only the brokers are in Metadata and DescribeCluster; DescribeQuorum through a broker names the three
+voters and the three brokers as observers; topics with replication factor 3 get three distinct brokers per
+partition with leaders spread; RF 4 is INVALID_REPLICATION_FACTOR; a consumer group commits through the
+coordinator that leads its ``__consumer_offsets`` partition; kill -9 of the active controller elects another and
+CreateTopics works again through a broker; a killed broker is fenced and leaves Metadata; after every process
+is restarted all metadata is there.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kbroker.testing.cluster import KbrokerCluster, metadata_brokers, quorum_leader
+
+pytestmark = pytest.mark.timeout(400)
+
+FAST_FENCING = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
+
+
+def wait_until(cond, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = cond()
+        if last:
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = KbrokerCluster(tmp_path, nodes=3, brokers=3, overrides=FAST_FENCING)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+
+
+def describe(admin: AdminClient, topic: str):
+    return admin.list_topics(topic, timeout=10).topics[topic]
+
+
+def create(admin: AdminClient, name: str, partitions: int, rf: int) -> None:
+    admin.create_topics([NewTopic(name, partitions, rf)], request_timeout=30)[name].result(60)
+
+
+def test_controllers_and_brokers_in_separate_processes(cluster, java_driver):
+    assert cluster.controller_ids == [1, 2, 3] and cluster.broker_ids == [4, 5, 6]
+    for b in cluster.broker_ids:
+        assert metadata_brokers(cluster.host, cluster.nodes[b].port) == {4, 5, 6}
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    md = admin.list_topics(timeout=10)
+    assert set(md.brokers) == {4, 5, 6}
+    assert md.controller_id in {4, 5, 6}  # a broker names itself; it forwards to the active controller
+
+    bootstrap = cluster.nodes[5].bootstrap
+    cl = java_driver.one(java_driver.run(["admin", "describe-cluster", "--bootstrap", bootstrap]), "cluster")
+    assert {n["id"] for n in cl["nodes"]} == {4, 5, 6}
+    assert cl["cluster_id"] == cluster.cluster_id
+
+    # DescribeQuorum through a broker reaches the leader: voters are the controllers, the brokers observe
+    q = wait_until(lambda: (lambda e: e if {o["id"] for o in e["observers"]} == {4, 5, 6} else None)(
+        java_driver.one(java_driver.run(["admin", "describe-quorum", "--bootstrap", bootstrap]), "quorum")),
+        30, "three observers in DescribeQuorum")
+    assert q["leader"] in (1, 2, 3) and q["leader"] == cluster.controller_id()
+    assert {v["id"] for v in q["voters"]} == {1, 2, 3}
+    assert all(v["log_end_offset"] > 0 for v in q["voters"])
+
+    # replication factor 3: three distinct brokers per partition, every broker leads two of six
+    create(admin, "rf3", 6, 3)
+    t = wait_until(lambda: (lambda d: d if len(d.partitions) == 6 else None)(describe(admin, "rf3")), 30, "rf3")
+    for p in t.partitions.values():
+        assert sorted(p.replicas) == [4, 5, 6] and p.leader == p.replicas[0] and sorted(p.isrs) == [4, 5, 6]
+    leaders = [p.leader for p in t.partitions.values()]
+    assert sorted(leaders.count(b) for b in (4, 5, 6)) == [2, 2, 2]
+    made = java_driver.one(java_driver.run(["admin", "create-topic", "--bootstrap", bootstrap, "--topic", "java-rf3",
+                                            "--partitions", "3", "--replication-factor", "3"]), "created")
+    assert made["replication_factor"] == 3
+    with pytest.raises(KafkaException) as err:
+        create(admin, "rf4", 1, 4)
+    assert err.value.args[0].name() == "INVALID_REPLICATION_FACTOR"
+
+    # a consumer group on brokers only: records produced to partitions led by every broker, consumed and committed
+    create(admin, "events", 3, 1)
+    wait_until(lambda: all(p.leader in (4, 5, 6) for p in describe(admin, "events").partitions.values())
+               and len(describe(admin, "events").partitions) == 3, 30, "events")
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "1"})
+    for i in range(300):
+        producer.produce("events", key=str(i).encode(), value=str(i).encode())
+    assert producer.flush(30) == 0
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe(["events"])
+    seen = set()
+    deadline = time.monotonic() + 60
+    while len(seen) < 300 and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            seen.add(m.value())
+    assert len(seen) == 300
+    consumer.commit(asynchronous=False)
+    committed = consumer.committed([TopicPartition("events", p) for p in range(3)], timeout=20)
+    consumer.close()
+    assert sum(tp.offset for tp in committed) == 300
+    offsets = describe(admin, "__consumer_offsets")
+    assert {p.leader for p in offsets.partitions.values()} <= {4, 5, 6}
+
+
+def test_failures_of_controllers_and_brokers(cluster):
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    create(admin, "before", 3, 1)
+
+    # kill -9 the active controller: another controller takes over; CreateTopics through a broker works again
+    leader = cluster.controller_id()
+    cluster.kill(leader)
+    new_leader = cluster.controller_id(timeout=30, exclude=leader)
+    assert new_leader in (1, 2, 3) and new_leader != leader
+    wait_until(lambda: _try_create(admin, "after-failover"), 60, "CreateTopics after the failover")
+
+    # kill -9 a broker: fenced after its session (3 s), it leaves every other broker's Metadata
+    cluster.kill(6)
+    for b in (4, 5):
+        wait_until(lambda b=b: metadata_brokers(cluster.host, cluster.nodes[b].port) == {4, 5}, 30,
+                   f"broker 6 fenced on broker {b}")
+    for p in describe(admin, "before").partitions.values():
+        assert p.leader in (4, 5) or p.leader == -1  # no partition led by the dead broker
+
+    # restart every process: all metadata is there, all brokers registered
+    cluster.restart(leader)
+    cluster.nodes[6].start()
+    cluster.wait_registered()
+    cluster.stop()
+    cluster.start()
+    assert quorum_leader(cluster.host, cluster.nodes[4].port) in (1, 2, 3)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    topics = admin.list_topics(timeout=10).topics
+    assert {"before", "after-failover"} <= set(topics)
+    assert len(topics["before"].partitions) == 3
+
+
+def _try_create(admin: AdminClient, name: str) -> bool:
+    try:
+        create(admin, name, 2, 1)
+        return True
+    except KafkaException as exc:
+        if exc.args[0].name() == "TOPIC_ALREADY_EXISTS":
+            return True
+        return False
