@@ -159,3 +159,92 @@ def _try_create(admin: AdminClient, name: str) -> bool:
         if exc.args[0].name() == "TOPIC_ALREADY_EXISTS":
             return True
         return False
+
+
+def test_bad_input_to_the_quorum_gets_kafkas_errors(cluster):
+    """Requests from another cluster, from a node that is not a voter, with a stale epoch, and a second broker
+    with a live broker's node.id: Kafka's error codes, and nothing committed or changed by them."""
+    from kbroker.protocol.api_keys import ApiKey
+    from kbroker.protocol.errors import ErrorCode
+    from kbroker.protocol.messages import (BeginQuorumEpochRequest, BeginQuorumEpochResponse, BrokerRegistrationRequest,
+                                           BrokerRegistrationResponse, VoteRequest, VoteResponse)
+    from kbroker.testing.cluster import ask
+
+    leader = cluster.controller_id()
+    host, port = cluster.host, cluster.controller_ports[leader]
+    follower = next(i for i in cluster.controller_ids if i != leader)
+    epoch_before = _quorum_epoch(cluster)
+
+    def vote(cluster_id: str, voter: int, epoch: int) -> VoteResponse:
+        req = VoteRequest(cluster_id=cluster_id, voter_id=leader, topics=[VoteRequest.TopicData(
+            topic_name="__cluster_metadata", partitions=[VoteRequest.PartitionData(
+                partition_index=0, replica_epoch=epoch, replica_id=voter, last_offset_epoch=epoch,
+                last_offset=10**9)])])
+        return ask(host, port, ApiKey.VOTE, 0, req, VoteResponse)
+
+    assert vote("AAAAAAAAAAAAAAAAAAAAAA", follower, epoch_before + 5).error_code == ErrorCode.INCONSISTENT_CLUSTER_ID
+    # a node that is not a voter asks for a vote in a much later epoch: refused, the leader stays
+    refused = vote(cluster.cluster_id, 99, epoch_before + 5).topics[0].partitions[0]
+    assert not refused.vote_granted
+
+    # BeginQuorumEpoch for an epoch that is over: FENCED_LEADER_EPOCH
+    stale = BeginQuorumEpochRequest(cluster_id=cluster.cluster_id, voter_id=follower, topics=[
+        BeginQuorumEpochRequest.TopicData(topic_name="__cluster_metadata", partitions=[
+            BeginQuorumEpochRequest.PartitionData(partition_index=0, leader_id=follower, leader_epoch=0)])])
+    got = ask(cluster.host, cluster.controller_ports[follower], ApiKey.BEGIN_QUORUM_EPOCH, 1, stale,
+              BeginQuorumEpochResponse)
+    if epoch_before > 0:
+        assert got.topics[0].partitions[0].error_code == ErrorCode.FENCED_LEADER_EPOCH
+
+    def register(cluster_id: str, broker_id: int) -> int:
+        req = BrokerRegistrationRequest(broker_id=broker_id, cluster_id=cluster_id, incarnation_id=uuid.uuid4().bytes,
+                                        listeners=[BrokerRegistrationRequest.Listener(
+                                            name="PLAINTEXT", host="127.0.0.1", port=1, security_protocol=0)])
+        return ask(host, port, ApiKey.BROKER_REGISTRATION, 4, req, BrokerRegistrationResponse).error_code
+
+    assert register("AAAAAAAAAAAAAAAAAAAAAA", 7) == ErrorCode.INCONSISTENT_CLUSTER_ID
+    # broker 4 is alive and heartbeating: another incarnation with its id is refused
+    assert register(cluster.cluster_id, 4) == ErrorCode.DUPLICATE_BROKER_REGISTRATION
+
+    # nothing of that was committed: same leader and epoch, broker 4 still at its own address, no broker 7
+    assert cluster.controller_id() == leader and _quorum_epoch(cluster) == epoch_before
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    md = admin.list_topics(timeout=10)
+    assert set(md.brokers) == {4, 5, 6}
+    assert md.brokers[4].port == cluster.nodes[4].port
+
+
+def test_controlled_shutdown_moves_leaders_before_the_broker_goes(cluster):
+    """SIGTERM of a broker: before it exits, the active controller fences it and moves the leadership of its
+    partitions (BrokerHeartbeat want_shut_down), so it is out of Metadata at once rather than after its session;
+    it registers again as soon as it restarts."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    create(admin, "moving", 3, 3)
+    wait_until(lambda: len(describe(admin, "moving").partitions) == 3, 30, "topic moving")
+    led_by_5 = [p.id for p in describe(admin, "moving").partitions.values() if p.leader == 5]
+    assert led_by_5
+    start = time.monotonic()
+    assert cluster.nodes[5].stop() == 0
+    took = time.monotonic() - start
+    # right after the exit, well before its session (3 s) could have expired: broker 5 is gone and leads nothing
+    wait_until(lambda: metadata_brokers(cluster.host, cluster.nodes[4].port) == {4, 6}, 1.0, "5 gone")
+    admin = AdminClient({"bootstrap.servers": cluster.nodes[4].bootstrap})
+    for p in describe(admin, "moving").partitions.values():
+        assert p.leader in (4, 6), (p.id, p.leader)
+    log = cluster.nodes[5].log_tail(40)
+    assert "controlled shutdown: controller" in log, log
+    cluster.nodes[5].start()
+    cluster.wait_registered(timeout=30)
+    assert metadata_brokers(cluster.host, cluster.nodes[4].port) == {4, 5, 6}
+    assert took < 10, took
+
+
+def _quorum_epoch(cluster) -> int:
+    from kbroker.protocol.api_keys import ApiKey
+    from kbroker.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
+    from kbroker.testing.cluster import ask
+
+    req = DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
+        topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.PartitionData(partition_index=0)])])
+    resp = ask(cluster.host, cluster.nodes[4].port, ApiKey.DESCRIBE_QUORUM, 0, req, DescribeQuorumResponse)
+    return resp.topics[0].partitions[0].leader_epoch

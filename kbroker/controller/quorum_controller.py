@@ -670,6 +670,28 @@ class QuorumController:
                               *self._leaders_for_unfenced(broker_id)])
             return False
 
+    def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> bool:
+        """A broker asked to shut down (BrokerHeartbeat ``want_shut_down``, or this node stopping): fence it and
+        move the leadership of its partitions to another live in-sync replica (none left: the partition has no
+        leader until the broker is back), so clients move on before it goes away. Returns whether anything was
+        appended (to be committed). Raises ``KafkaError``: NOT_CONTROLLER, BROKER_ID_NOT_REGISTERED,
+        STALE_BROKER_EPOCH."""
+        with self._lock:
+            if not self.is_active:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, f"node {self.node_id} is not the active controller")
+            reg = self.latest_image.brokers.get(broker_id)
+            if reg is None:
+                raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered")
+            if reg.broker_epoch != broker_epoch:
+                raise KafkaError(ErrorCode.STALE_BROKER_EPOCH,
+                                 f"broker {broker_id} is registered with epoch {reg.broker_epoch}, not {broker_epoch}")
+            if reg.fenced:
+                return False
+            log.info("broker %d is shutting down: fencing it and moving its leaderships", broker_id)
+            self._commit([FenceBrokerRecord(id=broker_id, epoch=broker_epoch), *self._leaders_without(broker_id)])
+            self._heartbeats.pop(broker_id, None)
+            return True
+
     def fence_stale_brokers(self, now_ms: int, session_timeout_ms: int) -> list[int]:
         """On the active controller: fence every unfenced broker (other than this node) whose last heartbeat is
         older than ``session_timeout_ms`` (``broker.session.timeout.ms``), and move the leadership of its
@@ -730,13 +752,16 @@ class QuorumController:
 
     def register_broker(self, endpoints: Sequence[Endpoint] | None = None, *, broker_id: int | None = None,
                         incarnation_id: bytes | None = None, rack: str | None = None,
-                        log_dirs: Sequence[bytes] | None = None) -> BrokerRegistration:
+                        log_dirs: Sequence[bytes] | None = None, now_ms: int | None = None,
+                        session_timeout_ms: int = 9000) -> BrokerRegistration:
         """(Re-)register a broker (this node by default) and unfence it; returns the registration.
 
         ``endpoints`` defaults to the configured advertised listeners; the server may call this again once
         its sockets are bound (e.g. with the real ports of listeners configured with port 0). The other
-        arguments are those of a BrokerRegistration request from another node (raft mode). Raises
-        ``KafkaError(NOT_CONTROLLER)`` on a node that is not the active controller.
+        arguments are those of a BrokerRegistration request from another node (raft mode), with ``now_ms`` (the
+        clock of :meth:`broker_heartbeat`) and ``session_timeout_ms``. Raises ``KafkaError``: NOT_CONTROLLER on a
+        node that is not the active controller, DUPLICATE_BROKER_REGISTRATION when another incarnation of the
+        broker is unfenced and heartbeated within the session timeout.
         """
         with self._lock:
             remote = broker_id is not None and broker_id != self.node_id
@@ -748,9 +773,13 @@ class QuorumController:
                 log_dirs = self._data_dir_ids()
             existing = self.latest_image.brokers.get(broker_id)
             if existing is not None and existing.incarnation_id != incarnation_id:
-                # A restarted broker (new incarnation). Without heartbeats the controller cannot tell it from a
-                # second live process with the same node.id (Kafka's DUPLICATE_BROKER_REGISTRATION until the old
-                # session expires): the newest registration wins.
+                last = self._heartbeats.get(broker_id)
+                if (self.raft_mode and remote and not existing.fenced and last is not None and now_ms is not None
+                        and now_ms - last <= session_timeout_ms):
+                    # another process with this node.id is alive (its session has not expired): Kafka refuses
+                    # the newcomer until the old session ends (a restarted broker retries until then)
+                    raise KafkaError(ErrorCode.DUPLICATE_BROKER_REGISTRATION,
+                                     f"another incarnation of broker {broker_id} is registered and heartbeating")
                 log.info("broker %d registers again (new incarnation)", broker_id)
             # Kafka's broker epoch is the registration's offset
             broker_epoch = self.raft_end_offset() if self.raft_mode and self.raft_end_offset else \

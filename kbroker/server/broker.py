@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 #: how long a node of a cluster waits at start-up for its metadata quorum to elect a leader and commit
 QUORUM_STARTUP_TIMEOUT_S = 120.0
+#: how long a stopping broker of a cluster waits for the active controller to move its leaderships away
+CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
 
 class ListenerBindError(Exception):
     """A listener's address cannot be bound (in use, not an address of this machine, no permission)."""
@@ -337,6 +339,9 @@ class Broker:
 
     async def stop(self) -> None:
         if self.metadata_quorum is not None:
+            if self.is_broker:
+                # Kafka's controlled shutdown: fenced and leaderships moved while this node still answers
+                await self.metadata_quorum.controlled_shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
             await self.metadata_quorum.stop()  # a leader resigns first (EndQuorumEpoch)
         for server in self.servers:
             server.close()

@@ -29,7 +29,12 @@ otherwise) over the ``__cluster_metadata`` log through a :class:`~kbroker.server
   leaderless) and unfences it at its next heartbeat or registration (leaderless partitions it holds return
   to it). Every broker gets a full session when a new controller becomes active.
 
-Not yet here (issue 9): controlled shutdown, observers that are not voters, snapshots, dynamic voters.
+* **controlled shutdown**: a broker that stops asks the active controller to fence it and move its
+  leaderships first (:meth:`MetadataQuorum.controlled_shutdown`);
+* **observers**: a node that is not in ``controller.quorum.voters`` (``process.roles=broker``) fetches the log
+  from the leader without being counted for the high watermark.
+
+Not yet here (issue 9): snapshots, dynamic voters.
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ class MetadataQuorum:
         #: internal topics being created through the active controller (create_topic_soon)
         self._creating: dict[str, asyncio.Task[None]] = {}
         self._closing = False
+        self._shutting_down = False  # controlled shutdown began
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -332,7 +338,9 @@ class MetadataQuorum:
                 return
             leader = self.leader_id
             try:
-                if c.is_active:
+                if self._shutting_down:
+                    pass
+                elif c.is_active:
                     c.register_broker(endpoints)
                     await self.wait_committed()
                 elif leader >= 0 and leader in self.voters:
@@ -373,7 +381,7 @@ class MetadataQuorum:
                 return  # replaced or removed: register again
             leader = self.leader_id
             try:
-                if c.is_active:
+                if c.is_active or self._shutting_down:
                     continue  # the active controller's liveness is its leadership
                 if leader < 0 or leader not in self.voters:
                     continue
@@ -388,6 +396,40 @@ class MetadataQuorum:
                 log.debug("heartbeat to controller %d: %s", leader, exc)
             except Exception:  # a bug here must not end the broker's heartbeats for good
                 log.exception("heartbeat to controller %d failed", leader)
+
+    async def controlled_shutdown(self, timeout_s: float = 10.0) -> bool:
+        """Before a broker stops: ask the active controller to fence it and move its leaderships elsewhere
+        (BrokerHeartbeat with ``want_shut_down``; directly when this node is the active controller), so clients
+        move to other brokers before this one goes away and a restart registers at once. Retried until the
+        controller says ``should_shut_down`` or ``timeout_s`` passes; returns whether it did."""
+        c = self.controller
+        self._shutting_down = True  # no more heartbeats or registrations: they would unfence this broker
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            reg = c.image.brokers.get(self.node_id)
+            if reg is None or reg.incarnation_id != c.incarnation_id or reg.fenced:
+                return reg is not None and reg.fenced
+            leader = self.leader_id
+            try:
+                if c.is_active:
+                    if c.controlled_shutdown(self.node_id, reg.broker_epoch):
+                        await self.wait_committed()
+                    return True
+                if leader >= 0 and leader in self.voters:
+                    req = BrokerHeartbeatRequest(broker_id=self.node_id, broker_epoch=reg.broker_epoch,
+                                                 current_metadata_offset=c.image.offset, want_shut_down=True)
+                    left = max(0.1, deadline - time.monotonic())
+                    resp = await self._controller_channel(leader).request(ApiKey.BROKER_HEARTBEAT, 2, req,
+                                                                         min(self.request_timeout_s, left))
+                    if resp.error_code == ErrorCode.NONE and resp.should_shut_down:
+                        log.info("controlled shutdown: controller %d fenced broker %d and moved its leaderships",
+                                 leader, self.node_id)
+                        return True
+            except (KafkaError, NodeRequestError) as exc:
+                log.info("controlled shutdown of broker %d not done yet: %s", self.node_id, exc)
+            await asyncio.sleep(0.1)
+        log.warning("controlled shutdown of broker %d did not complete within %.0f s", self.node_id, timeout_s)
+        return False
 
     async def _fence_stale_brokers(self) -> None:
         """On the active controller: fence brokers whose heartbeats stopped (``broker.session.timeout.ms``)."""

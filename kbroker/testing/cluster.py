@@ -154,9 +154,18 @@ class KbrokerCluster:
         os.killpg(self.nodes[node_id].pid, signal.SIGCONT)
 
     def stop(self) -> None:
-        for n in self.nodes.values():
-            if n.is_running():
-                n.stop()
+        """Stop every node (SIGTERM): brokers first, then the quorum's followers, the leader last, so each
+        stopping broker finds an active controller for its controlled shutdown."""
+        leader = -1
+        try:
+            leader = self.controller_id(timeout=2.0)
+        except TimeoutError:
+            pass
+        order = [i for i in self.nodes if i not in self.controller_ids]
+        order += [i for i in self.controller_ids if i != leader] + [i for i in self.controller_ids if i == leader]
+        for i in order:
+            if self.nodes[i].is_running():
+                self.nodes[i].stop()
 
     def __enter__(self) -> KbrokerCluster:
         return self.start()
@@ -186,7 +195,7 @@ class KbrokerCluster:
         raise TimeoutError(f"the nodes did not agree on a running controller within {timeout} s (saw {seen})")
 
 
-def _ask(host: str, port: int, api_key: int, version: int, request: Any, response_cls: type,
+def ask(host: str, port: int, api_key: int, version: int, request: Any, response_cls: type,
          timeout: float = 5.0) -> Any:
     """One request in a flexible version through kbroker's codec, on a fresh connection; the decoded answer."""
     from kbroker.protocol import codec
@@ -210,7 +219,7 @@ def quorum_leader(host: str, port: int, timeout: float = 5.0) -> int:
 
     req = DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
         topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.PartitionData(partition_index=0)])])
-    resp = _ask(host, port, ApiKey.DESCRIBE_QUORUM, 0, req, DescribeQuorumResponse, timeout)
+    resp = ask(host, port, ApiKey.DESCRIBE_QUORUM, 0, req, DescribeQuorumResponse, timeout)
     if resp.error_code or not resp.topics or not resp.topics[0].partitions:
         raise ValueError(f"DescribeQuorum failed: error {resp.error_code}")
     return resp.topics[0].partitions[0].leader_id
@@ -222,7 +231,7 @@ def metadata_brokers(host: str, port: int, timeout: float = 5.0) -> set[int]:
     from kbroker.protocol.api_keys import ApiKey
     from kbroker.protocol.messages import MetadataRequest, MetadataResponse
 
-    resp = _ask(host, port, ApiKey.METADATA, 12, MetadataRequest(topics=[]), MetadataResponse, timeout)
+    resp = ask(host, port, ApiKey.METADATA, 12, MetadataRequest(topics=[]), MetadataResponse, timeout)
     return {b.node_id for b in resp.brokers}
 
 

@@ -5,8 +5,9 @@ Controller listeners only. The active controller records the heartbeat; a fenced
 back the leadership of its partitions that had none) once the change is committed. A broker whose heartbeats
 stop for ``broker.session.timeout.ms`` is fenced by the active controller (kbroker/server/metadata_quorum.py).
 Errors as Kafka's: NOT_CONTROLLER, BROKER_ID_NOT_REGISTERED, STALE_BROKER_EPOCH (the broker registers again),
-REQUEST_TIMED_OUT. Not yet: controlled shutdown (``want_shut_down`` is answered with ``should_shut_down`` at
-once), ``want_fence``, offline log directories.
+REQUEST_TIMED_OUT. Controlled shutdown: a heartbeat with ``want_shut_down`` fences the broker and moves the
+leadership of its partitions to other in-sync replicas (none left: no leader until it is back); the answer,
+once that is committed, has ``should_shut_down``. Not yet: ``want_fence``, offline log directories.
 """
 
 from __future__ import annotations
@@ -27,8 +28,12 @@ async def handle(ctx, request: BrokerHeartbeatRequest) -> BrokerHeartbeatRespons
     resp = BrokerHeartbeatResponse(is_caught_up=True, is_fenced=True)
     try:
         before = broker.controller.last_appended_offset
-        fenced = broker.controller.broker_heartbeat(request.broker_id, request.broker_epoch,
-                                                    int(time.monotonic() * 1000))
+        if request.want_shut_down:  # controlled shutdown: fenced, its leaderships moved, then it may go
+            broker.controller.controlled_shutdown(request.broker_id, request.broker_epoch)
+            fenced = True
+        else:
+            fenced = broker.controller.broker_heartbeat(request.broker_id, request.broker_epoch,
+                                                        int(time.monotonic() * 1000))
         if broker.metadata_quorum is not None and broker.controller.last_appended_offset != before:
             await broker.metadata_quorum.wait_committed()
         resp.is_fenced = fenced

@@ -5,10 +5,11 @@ an unfencing BrokerRegistrationChangeRecord through the quorum and answers once 
 broker epoch. Errors as Kafka's: NOT_CONTROLLER on any other node (or when leadership is lost before the
 commit), INCONSISTENT_CLUSTER_ID for another cluster, DUPLICATE_BROKER_REGISTRATION when another live
 incarnation holds the id, REQUEST_TIMED_OUT when the quorum does not commit in time.
-Not yet: heartbeats, so a registered broker stays unfenced (docs/cluster.md).
 """
 
 from __future__ import annotations
+
+import time
 
 from kbroker.controller.image import Endpoint
 from kbroker.protocol.api_keys import ApiKey
@@ -34,7 +35,8 @@ async def handle(ctx, request: BrokerRegistrationRequest) -> BrokerRegistrationR
         reg = controller.register_broker(
             [Endpoint(lst.name, lst.host, lst.port, lst.security_protocol) for lst in request.listeners],
             broker_id=request.broker_id, incarnation_id=request.incarnation_id, rack=request.rack or None,
-            log_dirs=list(request.log_dirs))
+            log_dirs=list(request.log_dirs), now_ms=int(time.monotonic() * 1000),
+            session_timeout_ms=broker.config.get_int("broker.session.timeout.ms"))
         if quorum is not None:
             await quorum.wait_committed()
         resp.broker_epoch = reg.broker_epoch

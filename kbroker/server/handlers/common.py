@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import re
 
 from kbroker.protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME_LENGTH = 249
@@ -40,14 +43,31 @@ def broker_endpoints(ctx) -> list[tuple[int, str, int, str | None]]:
     return out
 
 
-def auto_create_topics(ctx, names: list[str]) -> None:
-    """Create ``names`` with the broker defaults (``num.partitions``, ``default.replication.factor``)."""
+def auto_create_topics(ctx, names: list[str]) -> set[str]:
+    """Create ``names`` with the broker defaults (``num.partitions``, ``default.replication.factor``); returns the
+    names whose creation is under way but not yet in this node's committed image (Metadata answers
+    LEADER_NOT_AVAILABLE for them, as Kafka's brokers do while auto-creating; clients retry). In a cluster a node
+    that is not the active controller has the active one create them (a forwarded CreateTopics)."""
     from kbroker.controller.quorum_controller import CreateTopicSpec
+    from kbroker.protocol.errors import KafkaError
 
-    specs = [CreateTopicSpec(name=n, num_partitions=-1, replication_factor=-1, assignments=None, configs={})
-             for n in names if valid_topic_name(n) and not is_internal_topic(n) and n != "__cluster_metadata"]
-    if specs:
-        ctx.broker.controller.create_topics(specs, validate_only=False)
+    wanted = [n for n in names if valid_topic_name(n) and not is_internal_topic(n) and n != "__cluster_metadata"]
+    if not wanted:
+        return set()
+    broker = ctx.broker
+    quorum = broker.metadata_quorum
+    if quorum is not None and not broker.controller.is_active:
+        for n in wanted:
+            quorum.create_topic_soon(n, -1, -1, {})
+    else:
+        specs = [CreateTopicSpec(name=n, num_partitions=-1, replication_factor=-1, assignments=None, configs={})
+                 for n in wanted]
+        try:
+            broker.controller.create_topics(specs, validate_only=False)
+        except KafkaError as exc:  # leadership lost meanwhile: the client asks again
+            log.info("auto-creating %s: %s", ", ".join(wanted), exc)
+    image = broker.controller.image
+    return {n for n in wanted if n not in image.topics_by_name}
 
 
 def error_message(code: int) -> str | None:

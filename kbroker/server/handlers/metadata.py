@@ -43,15 +43,18 @@ async def handle(ctx, request: MetadataRequest) -> MetadataResponse:
     else:
         wanted = [(t.name, t.topic_id if version >= 12 else None) for t in request.topics]
     allow_auto = request.allow_auto_topic_creation if version >= 4 else True
+    creating: set[str] = set()
     if not all_topics and allow_auto and broker.config.auto_create_topics_enable:
         missing = [name for name, tid in wanted
                    if name is not None and (tid is None or tid == ZERO_UUID) and name not in image.topics_by_name]
         if missing:
-            common.auto_create_topics(ctx, missing)
+            creating = common.auto_create_topics(ctx, missing)
             image = broker.controller.image
     for name, topic_id in wanted:
-        resp.topics.append(describe_topic(ctx, image, name, topic_id,
-                                          version >= 8 and request.include_topic_authorized_operations))
+        out = describe_topic(ctx, image, name, topic_id, version >= 8 and request.include_topic_authorized_operations)
+        if name in creating and out.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            out.error_code = ErrorCode.LEADER_NOT_AVAILABLE
+        resp.topics.append(out)
     return resp
 
 
