@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SYNC_CREATE_LIMIT = 50
-"""New partitions up to this many in one metadata change get their logs at once, on the event loop."""
+"""New partitions up to this many in one metadata change get their logs at once, on the event loop (a node
+that is its own quorum; in a cluster they are always made in the background)."""
 CREATE_CHUNK = 100
 """Logs a worker thread creates before the loop registers them (the loop serves other requests between)."""
 
@@ -149,7 +150,10 @@ class ReplicaManager:
             self._remove(key)
         if removed:
             thaw()  # their cyclic garbage may be frozen: let the collector see it again
-        if len(missing) <= SYNC_CREATE_LIMIT or not self._loop_running():
+        # In a cluster a topic's creation is answered once committed, not once brokers made its logs: they are
+        # always made in the background there, so that fsyncs of new logs never hold up this broker's requests.
+        limit = 0 if self.broker.metadata_quorum is not None else SYNC_CREATE_LIMIT
+        if len(missing) <= limit or not self._loop_running():
             for topic, p in missing:
                 try:
                     plog = self.broker.log_manager.get_or_create_log(
