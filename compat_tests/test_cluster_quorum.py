@@ -271,3 +271,54 @@ def test_idempotent_producers_get_ids_through_the_quorum(cluster, get_client, cl
     produced = client.produce(cluster.bootstrap, topic, spec, ProduceOptions(acks="all", idempotence=True))
     consumed = ConfluentClient().consume(cluster.bootstrap, topic, spec.count, timeout=60)
     verify_round_trip(spec, produced.acks, consumed)
+
+
+def test_an_isolated_leader_commits_nothing_and_rejoins(tmp_path):
+    """Split brain: the active controller is cut off from the other two nodes by the proxies on its links (silence,
+    no reset), while its clients still reach it. The majority elects a new leader in a later epoch and commits;
+    the old leader commits nothing (CreateTopics sent to it fails: it cannot reach a majority, and check-quorum
+    makes it resign). After the links heal it follows the new leader: the majority's topic is there, the
+    minority's is not, and pre-vote keeps it from disrupting the new leader's epoch."""
+    from kbroker.testing.cluster import quorum_leader
+
+    c = KbrokerCluster(tmp_path, nodes=3, link_proxies=True)
+    try:
+        c.start()
+        old = c.controller_id()
+        a, b = (i for i in c.nodes if i != old)
+        majority = f"{c.nodes[a].bootstrap},{c.nodes[b].bootstrap}"
+        create(majority, "before-split", 1)
+        old_epoch = _leader_epoch(c, a)
+
+        c.isolate(old)
+        new = wait_until(lambda: (lambda s: s if s in (a, b) and s == quorum_leader(c.host, c.nodes[b].port) else None)(
+            quorum_leader(c.host, c.nodes[a].port)), 30, "a new leader on the majority side")
+        new_epoch = _leader_epoch(c, a)
+        assert new_epoch > old_epoch
+        admin_old = AdminClient({"bootstrap.servers": c.nodes[old].bootstrap})
+        fut = admin_old.create_topics([NewTopic("minority-topic", 1, 1)], request_timeout=8)["minority-topic"]
+        with pytest.raises(Exception):
+            fut.result(30)
+        create(majority, "majority-topic", 1)
+        assert "majority-topic" not in topics_on(c.nodes[old])
+
+        c.heal()
+        for i in c.nodes:  # every node applies the committed log (followers learn the commit with their next fetch)
+            wait_until(lambda i=i: "majority-topic" in topics_on(c.nodes[i]), 60, f"node {i} applying the commit")
+            topics = topics_on(c.nodes[i])
+            assert "minority-topic" not in topics and "before-split" in topics, (i, topics)
+        assert quorum_leader(c.host, c.nodes[old].port) == new
+        assert _leader_epoch(c, a) == new_epoch  # the returning node did not force an election
+    finally:
+        c.stop()
+
+
+def _leader_epoch(c, node_id: int) -> int:
+    from kbroker.protocol.api_keys import ApiKey
+    from kbroker.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
+    from kbroker.testing.cluster import ask
+
+    req = DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
+        topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.PartitionData(partition_index=0)])])
+    resp = ask(c.host, c.nodes[node_id].port, ApiKey.DESCRIBE_QUORUM, 0, req, DescribeQuorumResponse)
+    return resp.topics[0].partitions[0].leader_epoch

@@ -7,12 +7,15 @@ and register with its active controller). Checked with confluent-kafka and the J
 voters and the three brokers as observers; topics with replication factor 3 get three distinct brokers per
 partition with leaders spread; RF 4 is INVALID_REPLICATION_FACTOR; a consumer group commits through the
 coordinator that leads its ``__consumer_offsets`` partition; kill -9 of the active controller elects another and
-CreateTopics works again through a broker; a killed broker is fenced and leaves Metadata; after every process
-is restarted all metadata is there.
+CreateTopics works again through a broker; a killed broker is fenced and leaves Metadata, and
+``kbroker-cluster unregister`` removes it for good (it registers again when restarted); after every process is
+restarted all metadata is there.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 
@@ -137,6 +140,20 @@ def test_failures_of_controllers_and_brokers(cluster):
                    f"broker 6 fenced on broker {b}")
     for p in describe(admin, "before").partitions.values():
         assert p.leader in (4, 5) or p.leader == -1  # no partition led by the dead broker
+
+    # kbroker-cluster (kafka-cluster.sh): the cluster id, and the dead broker unregistered for good
+    def tool(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "kbroker.cli.cluster", *args], capture_output=True, text=True,
+                              timeout=60)
+
+    cid = tool("cluster-id", "--bootstrap-server", cluster.nodes[4].bootstrap)
+    assert cid.returncode == 0 and cid.stdout.strip() == f"Cluster ID: {cluster.cluster_id}", cid
+    gone = tool("unregister", "--bootstrap-server", cluster.nodes[5].bootstrap, "--id", "6")
+    assert gone.returncode == 0 and gone.stdout.strip() == "Broker 6 is no longer registered.", gone
+    unknown = tool("unregister", "--bootstrap-server", cluster.nodes[5].bootstrap, "--id", "42")
+    assert unknown.returncode != 0 and "BROKER_ID_NOT_REGISTERED" in unknown.stderr, unknown
+    again = tool("unregister", "--bootstrap-server", cluster.nodes[4].bootstrap, "--id", "6")
+    assert again.returncode != 0 and "BROKER_ID_NOT_REGISTERED" in again.stderr, again  # the registration is gone
 
     # restart every process: all metadata is there, all brokers registered
     cluster.restart(leader)

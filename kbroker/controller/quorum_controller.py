@@ -77,6 +77,7 @@ from kbroker.protocol.metadata_records import (
     RemoveTopicRecord,
     TopicRecord,
     UnfenceBrokerRecord,
+    UnregisterBrokerRecord,
 )
 
 __all__ = [
@@ -691,6 +692,22 @@ class QuorumController:
             self._commit([FenceBrokerRecord(id=broker_id, epoch=broker_epoch), *self._leaders_without(broker_id)])
             self._heartbeats.pop(broker_id, None)
             return True
+
+    def unregister_broker(self, broker_id: int) -> None:
+        """Remove a broker's registration (UnregisterBroker, ``kbroker-cluster unregister``): an
+        UnregisterBrokerRecord, and the leadership of its partitions moved to another live in-sync replica (none:
+        leader -1). Meant for a broker that is gone for good; a live one registers again at its next heartbeat.
+        Raises ``KafkaError``: NOT_CONTROLLER, BROKER_ID_NOT_REGISTERED."""
+        with self._lock:
+            if self.raft_mode and not self.is_active:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, f"node {self.node_id} is not the active controller")
+            reg = self.latest_image.brokers.get(broker_id)
+            if reg is None:
+                raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"Broker ID {broker_id} is not registered.")
+            log.info("unregistering broker %d", broker_id)
+            self._commit([UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=reg.broker_epoch),
+                          *self._leaders_without(broker_id)])
+            self._heartbeats.pop(broker_id, None)
 
     def fence_stale_brokers(self, now_ms: int, session_timeout_ms: int) -> list[int]:
         """On the active controller: fence every unfenced broker (other than this node) whose last heartbeat is

@@ -28,7 +28,14 @@ MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
 
 class NodeRequestError(Exception):
-    """A request to a peer failed: not connected, timed out, connection lost or a malformed answer."""
+    """A request to a peer failed: not connected, timed out, connection lost or a malformed answer.
+
+    ``peer_gone`` is True when the peer's host said so itself (connection refused, or the connection closed or
+    reset by the other end): the process is not there, as after kill -9, rather than slow or cut off."""
+
+    def __init__(self, message: str, peer_gone: bool = False) -> None:
+        super().__init__(message)
+        self.peer_gone = peer_gone
 
 
 class NodeChannel:
@@ -100,11 +107,12 @@ class NodeChannel:
             except (OSError, asyncio.TimeoutError) as exc:
                 self._next_connect = loop.time() + self.reconnect_backoff_s
                 raise NodeRequestError(f"cannot connect to node {self.node_id} at {self.host}:{self.port}: "
-                                       f"{exc or type(exc).__name__}") from None
+                                       f"{exc or type(exc).__name__}",
+                                       peer_gone=isinstance(exc, ConnectionRefusedError)) from None
             self._reader, self._writer = reader, writer
             self._reader_task = loop.create_task(self._read_loop(reader))
 
-    def _drop(self, why: str) -> None:
+    def _drop(self, why: str, peer_gone: bool = False) -> None:
         writer, self._writer, self._reader = self._writer, None, None
         if writer is not None:
             writer.close()
@@ -115,7 +123,7 @@ class NodeChannel:
         pending, self._pending = self._pending, {}
         for _, _, fut in pending.values():
             if not fut.done():
-                fut.set_exception(NodeRequestError(why))
+                fut.set_exception(NodeRequestError(why, peer_gone))
 
     async def _read_loop(self, reader: asyncio.StreamReader) -> None:
         try:
@@ -138,4 +146,5 @@ class NodeChannel:
         except asyncio.CancelledError:
             raise
         except (OSError, asyncio.IncompleteReadError, NodeRequestError, codec.DecodeError) as exc:
-            self._drop(f"connection to node {self.node_id} lost: {exc or type(exc).__name__}")
+            self._drop(f"connection to node {self.node_id} lost: {exc or type(exc).__name__}",
+                       peer_gone=isinstance(exc, (ConnectionResetError, asyncio.IncompleteReadError)))

@@ -195,6 +195,9 @@ class RaftManager:
             resp = await channel.request(api_key, version, req, self.request_timeout_ms / 1000)
         except NodeRequestError as exc:
             log.debug("raft node %s: %s", self.client.node_id, exc)
+            if exc.peer_gone and isinstance(msg, rm.FetchRequest) and not self._stopping:
+                self.client.peer_gone(channel.node_id, self.clock_ms())
+                self._wake.set()
             return
         back = wire.decode_response(resp, msg, channel.node_id)
         if back is None:

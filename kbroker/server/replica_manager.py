@@ -110,6 +110,7 @@ class ReplicaManager:
         #: partitions whose logs a worker thread is creating (they answer NOT_LEADER_OR_FOLLOWER meanwhile)
         self.creating: set[tuple[str, int]] = set()
         self._background: set[asyncio.Task[None]] = set()
+        self._partition_listeners: list[Any] = []
         self._create_lock = asyncio.Lock()
 
     # ---- metadata ----
@@ -230,11 +231,21 @@ class ReplicaManager:
                     lm.register(plan[key], plog)
                     self._add(now_topic, now_part, plog)
                 freeze_long_lived("partitions created")  # keeps full collections from growing with them
+                for callback in list(self._partition_listeners):
+                    try:
+                        callback()
+                    except Exception:
+                        log.exception("partition listener failed")
             log.info("created %d partition logs in %.1f s", len(missing), time.monotonic() - started)
 
         task = asyncio.get_running_loop().create_task(run())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    def add_partition_listener(self, callback: Any) -> None:
+        """Call ``callback()`` whenever logs made in the background were added (no metadata change tells: the
+        coordinators load their partitions of the internal topics then)."""
+        self._partition_listeners.append(callback)
 
     def on_metadata_update(self, old: MetadataImage | None, new: MetadataImage, *_: object) -> None:
         self.apply_image(new)

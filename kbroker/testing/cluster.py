@@ -7,7 +7,9 @@ separates the roles as production clusters do: nodes 1..3 are controllers only (
 a CONTROLLER listener and nothing else), nodes 4..6 brokers only (``process.roles=broker``, a PLAINTEXT
 listener; they follow the metadata log as observers and register with the active controller).
 Nodes are :class:`KbrokerProcess` objects, so each can be killed (``kill -9``), stopped, paused
-(SIGSTOP/SIGCONT) and restarted on its own::
+(SIGSTOP/SIGCONT) and restarted on its own. With ``link_proxies=True`` every node reaches every voter through
+its own :class:`~kbroker.testing.proxy.TcpProxy` (one per direction of each link), so a test can
+:meth:`~KbrokerCluster.partition` two nodes, :meth:`~KbrokerCluster.isolate` one, and :meth:`~KbrokerCluster.heal`::
 
     with KbrokerCluster(tmp_path, nodes=3, brokers=3) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})   # the brokers
@@ -66,7 +68,8 @@ class KbrokerCluster:
     ``brokers`` broker-only nodes with ids nodes+1..nodes+brokers; see the module docstring."""
 
     def __init__(self, root: str | os.PathLike[str], nodes: int = 3, overrides: Mapping[str, Any] | None = None,
-                 host: str = "127.0.0.1", start_timeout: float = 90.0, brokers: int = 0) -> None:
+                 host: str = "127.0.0.1", start_timeout: float = 90.0, brokers: int = 0,
+                 link_proxies: bool = False) -> None:
         self.root = Path(root)
         self.host = host
         self.cluster_id = _cluster_id()
@@ -76,6 +79,10 @@ class KbrokerCluster:
         self.controller_ids = ids
         self.broker_ids = list(range(nodes + 1, nodes + brokers + 1)) if brokers else ids
         self.controller_ports = {i: free_port(host) for i in ids}
+        #: with ``link_proxies``: a :class:`~kbroker.testing.proxy.TcpProxy` for every link from a node to a
+        #: voter, ``(from node, to voter) -> proxy``; each node reaches the other voters through them only
+        self.link_proxies = link_proxies
+        self.links: dict[tuple[int, int], Any] = {}
         voters = ",".join(f"{i}@{host}:{p}" for i, p in self.controller_ports.items())
         common = {"controller.listener.names": "CONTROLLER", "controller.quorum.voters": voters,
                   "cluster.id": self.cluster_id}
@@ -113,6 +120,8 @@ class KbrokerCluster:
     # ---- lifecycle
     def start(self) -> KbrokerCluster:
         """Start every node at once (none can serve before a majority runs) and wait for each."""
+        if self.link_proxies:
+            self._start_links()
         for n in self.nodes.values():
             n._spawn()
         for n in self.nodes.values():
@@ -166,6 +175,41 @@ class KbrokerCluster:
         for i in order:
             if self.nodes[i].is_running():
                 self.nodes[i].stop()
+        for proxy in self.links.values():
+            proxy.stop()
+        self.links.clear()
+
+    # ---- network faults (``link_proxies=True``)
+    def _start_links(self) -> None:
+        from kbroker.testing.proxy import TcpProxy
+
+        for i in self.nodes:
+            for j in self.controller_ids:
+                if i != j and (i, j) not in self.links:
+                    self.links[(i, j)] = TcpProxy(self.host, self.controller_ports[j], listen_host=self.host).start()
+            voters = ",".join(
+                f"{j}@{self.host}:{self.controller_ports[j] if j == i else self.links[(i, j)].port}"
+                for j in self.controller_ids)
+            self.nodes[i].overrides["controller.quorum.voters"] = voters
+
+    def _links_of(self, a: int, b: int) -> list[Any]:
+        return [p for key, p in self.links.items() if key in ((a, b), (b, a))]
+
+    def partition(self, a: int, b: int) -> None:
+        """Silence the links between nodes ``a`` and ``b`` (both directions; TCP sees no reset) until :meth:`heal`."""
+        for p in self._links_of(a, b):
+            p.partition()
+
+    def isolate(self, node_id: int) -> None:
+        """Partition ``node_id`` from every other node (its clients still reach it)."""
+        for other in self.nodes:
+            if other != node_id:
+                self.partition(node_id, other)
+
+    def heal(self) -> None:
+        """Undo every :meth:`partition` / :meth:`isolate`."""
+        for p in self.links.values():
+            p.heal()
 
     def __enter__(self) -> KbrokerCluster:
         return self.start()

@@ -176,6 +176,19 @@ class RaftClient:
         if self.state is S.LEADER:
             self._become_resigned(now)
 
+    def peer_gone(self, peer: int, now: int) -> None:
+        """The owner's connection to ``peer`` was refused or closed by the other end (its process is gone, as
+        after kill -9), as opposed to a timeout. When ``peer`` is this replica's leader, it stops counting as
+        heard from (so this voter grants pre-votes) and the fetch deadline is brought forward to a random point
+        within a quarter of the election timeout, so the election starts without waiting out the fetch timeout.
+        Safe as pre-vote is: a prospective needs a majority of voters that lost the leader too; a voter that
+        still hears from the leader refuses. (Kafka waits for ``controller.quorum.fetch.timeout.ms``.)"""
+        if self.state is not S.FOLLOWER or self.leader_id != peer:
+            return
+        self._leader_contact_ms = -(2**62)
+        delay = self.rng.randint(0, max(1, self.cfg.election_timeout_ms // 4)) if self.is_voter else 0
+        self._fetch_deadline = min(self._fetch_deadline, now + delay)
+
     def poll(self, now: int) -> int:
         """Do what is due at ``now``; returns the time at which this replica next needs to be polled."""
         if self.state is S.LEADER:

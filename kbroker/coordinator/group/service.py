@@ -140,6 +140,9 @@ class GroupCoordinator:
         """Load the partitions of ``__consumer_offsets`` this node leads; follow metadata changes."""
         self._started = True
         self.controller.add_listener(self._on_metadata_update)
+        add = getattr(self.writer.replica_manager, "add_partition_listener", None)
+        if add is not None:  # logs of the topic made in the background: load the partitions led here
+            add(lambda: self._started and self._sync_with_image(self.controller.image))
         self._sync_with_image(self.controller.image)
 
     def shutdown(self) -> None:
