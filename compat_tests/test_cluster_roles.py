@@ -265,3 +265,82 @@ def _quorum_epoch(cluster) -> int:
         topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.PartitionData(partition_index=0)])])
     resp = ask(cluster.host, cluster.nodes[4].port, ApiKey.DESCRIBE_QUORUM, 0, req, DescribeQuorumResponse)
     return resp.topics[0].partitions[0].leader_epoch
+
+
+def test_transactions_across_brokers(cluster):
+    """A transactional producer whose partitions are led by all three brokers, and a consume-transform-produce
+    loop whose group is coordinated by yet another: the coordinator writes COMMIT/ABORT markers to partitions
+    on other brokers with WriteTxnMarkers; a read_committed consumer sees exactly the committed records and the
+    group's offsets are committed with the transaction."""
+    from confluent_kafka import TopicPartition as TP
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    for name in ("tx-out", "tx-in", "tx-copy"):
+        create(admin, name, 6, 1)
+    wait_until(lambda: all(len(describe(admin, n).partitions) == 6 and
+                           all(p.leader in (4, 5, 6) for p in describe(admin, n).partitions.values())
+                           for n in ("tx-out", "tx-in", "tx-copy")), 30, "topics")
+    assert {p.leader for p in describe(admin, "tx-out").partitions.values()} == {4, 5, 6}
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "tx-across",
+                         "transaction.timeout.ms": 60000})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for i in range(60):
+        producer.produce("tx-out", key=f"c{i}".encode(), value=b"committed", partition=i % 6)
+    producer.commit_transaction(60)
+    producer.begin_transaction()
+    for i in range(30):
+        producer.produce("tx-out", key=f"a{i}".encode(), value=b"aborted", partition=i % 6)
+    producer.flush(30)
+    producer.abort_transaction(60)
+
+    def read(topic: str, expect: int, isolation: str) -> list:
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"r-{uuid.uuid4().hex[:6]}",
+                      "auto.offset.reset": "earliest", "isolation.level": isolation, "enable.auto.commit": False})
+        c.subscribe([topic])
+        got, deadline = [], time.monotonic() + 60
+        while time.monotonic() < deadline and len(got) < expect:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m)
+        end = time.monotonic() + 2  # nothing more arrives
+        while time.monotonic() < end:
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                got.append(m)
+        c.close()
+        return got
+
+    committed = read("tx-out", 60, "read_committed")
+    assert sorted(m.key() for m in committed) == sorted(f"c{i}".encode() for i in range(60))
+    assert len(read("tx-out", 90, "read_uncommitted")) == 90  # the aborted ones are in the log, skipped above
+
+    # consume-transform-produce: offsets of the input committed in the same transaction as the output
+    feeder = Producer({"bootstrap.servers": cluster.bootstrap})
+    for i in range(30):
+        feeder.produce("tx-in", value=str(i).encode(), partition=i % 6)
+    assert feeder.flush(30) == 0
+    group = "ctp-across"
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer.subscribe(["tx-in"])
+    copier = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "tx-copier"})
+    copier.init_transactions(60)
+    copied, deadline = 0, time.monotonic() + 60
+    while copied < 30 and time.monotonic() < deadline:
+        msgs = [m for m in consumer.consume(30, 1.0) if not m.error()]
+        if not msgs:
+            continue
+        copier.begin_transaction()
+        for m in msgs:
+            copier.produce("tx-copy", value=m.value(), partition=m.partition())
+        copier.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                           consumer.consumer_group_metadata(), 60)
+        copier.commit_transaction(60)
+        copied += len(msgs)
+    assert copied == 30
+    offsets = consumer.committed([TP("tx-in", p) for p in range(6)], timeout=20)
+    consumer.close()
+    assert sum(tp.offset for tp in offsets) == 30
+    assert sorted(int(m.value()) for m in read("tx-copy", 30, "read_committed")) == list(range(30))

@@ -53,6 +53,9 @@ class Broker:
 
         self.config = config
         self.node_id = config.node_id
+        #: effective topic configs resolved for one committed metadata image (topic_config_int)
+        self._config_cache_image: Any = None
+        self._config_cache: dict[str, dict[str, str]] = {}
         #: this node serves clients and hosts partitions (``broker`` in ``process.roles``)
         self.is_broker = "broker" in config.process_roles
         self.controller = QuorumController(config)
@@ -68,6 +71,12 @@ class Broker:
             producer_id_expiration_check_interval_ms=config.get_int("producer.id.expiration.check.interval.ms"))
         self.replica_manager = ReplicaManager(self)
         self.group_coordinator = GroupCoordinator.for_broker(self)
+        #: markers for partitions led by other brokers (a cluster only)
+        self.remote_markers: Any = None
+        if self.metadata_quorum is not None:
+            from kbroker.server.handlers.write_txn_markers import RemoteMarkers
+
+            self.remote_markers = RemoteMarkers(self)
         self.transaction_coordinator = TransactionCoordinator.for_broker(
             self, lambda *args: write_marker(self, *args))
         self.apis = Apis(self)
@@ -132,7 +141,17 @@ class Broker:
         return LogConfig.from_props(self.topic_configs(topic, image))
 
     def topic_config_int(self, topic: str, key: str) -> int:
-        return int(self.topic_configs(topic).get(key, "0"))
+        """One effective topic config as an int (0 when unset), for the request paths (``max.message.bytes``
+        per produced partition, ``min.insync.replicas`` per acks=all append): resolved once per committed
+        metadata image and topic, not rebuilt for every request."""
+        image = self.controller.image
+        if self._config_cache_image is not image:
+            self._config_cache_image = image
+            self._config_cache = {}
+        props = self._config_cache.get(topic)
+        if props is None:
+            props = self._config_cache[topic] = self.topic_configs(topic, image)
+        return int(props.get(key, "0"))
 
     def _apply_config_changes(self, old: MetadataImage | None, new: MetadataImage, changes: Any) -> None:
         """Metadata listener: give live logs their new config when ConfigRecords were replayed (a topic's own
@@ -359,6 +378,8 @@ class Broker:
         if self.is_broker:
             self.transaction_coordinator.shutdown()
             self.group_coordinator.shutdown()
+        if self.remote_markers is not None:
+            await self.remote_markers.close()
         self.log_manager.shutdown()
         self.controller.shutdown()
         self.dir_locks.release()

@@ -49,6 +49,22 @@ class CloseConnection(Exception):
     """Raised by request processing when Kafka would close the connection (no response is sent)."""
 
 
+#: in-memory response chunks up to this many bytes in all are joined into one write
+JOIN_WRITE_LIMIT = 64 * 1024
+
+
+def _write_joined(transport: Any, chunks: list[Any], total: int) -> None:
+    if not chunks:
+        return
+    if len(chunks) == 1:
+        transport.write(chunks[0])
+    elif total <= JOIN_WRITE_LIMIT:
+        transport.write(b"".join(chunks))
+    else:
+        for chunk in chunks:
+            transport.write(chunk)
+
+
 class KafkaConnection(asyncio.Protocol):
     """One client connection on a listener."""
 
@@ -173,14 +189,21 @@ class KafkaConnection(asyncio.Protocol):
         if transport is None or self._closed:
             return
         size = sum(len(c) for c in chunks)
-        transport.write(_SIZE.pack(size))
+        # One transport.write per run of in-memory chunks, size prefix included (a syscall each otherwise);
+        # large chunks are written as they are rather than copied into one buffer.
+        pending: list[Any] = [_SIZE.pack(size)]
+        pending_bytes = 4
         for chunk in chunks:
             if isinstance(chunk, FileRegion):
+                _write_joined(transport, pending, pending_bytes)
+                pending, pending_bytes = [], 0
                 await self._send_region(chunk)
                 if self._closed:
                     return
             else:
-                transport.write(chunk)
+                pending.append(chunk)
+                pending_bytes += len(chunk)
+        _write_joined(transport, pending, pending_bytes)
         if not self._can_write.is_set():
             await self._can_write.wait()
 

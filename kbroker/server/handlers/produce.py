@@ -25,7 +25,8 @@ Behavior:
   id and epoch, else INVALID_TXN_STATE (not added), INVALID_PRODUCER_EPOCH (fenced),
   INVALID_PRODUCER_ID_MAPPING, or NOT_ENOUGH_REPLICAS (retriable) while the coordinator is loading or the
   previous transaction completes. Later batches of the open transaction go straight to the log, whose
-  producer state refuses an older epoch;
+  producer state refuses an older epoch. In a cluster whose transaction coordinator for the id is another
+  broker, the first batch is not verified (no broker-to-broker AddPartitionsToTxn yet);
 * internal topics (``__consumer_offsets``, ``__transaction_state``) refuse client writes with
   INVALID_TOPIC_EXCEPTION, as Kafka does;
 * acks=-1 answers once the high watermark passes the batch (every in-sync replica holds it): with one node
@@ -156,6 +157,10 @@ def verify_transaction(broker, transactional_id: str, part, records: memoryview)
         return  # the transaction is already open here
     tp = (part.topic, part.partition_index)
     code = broker.transaction_coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, [tp])[tp]
+    if code == ErrorCode.NOT_COORDINATOR and broker.metadata_quorum is not None:
+        # the coordinator is another broker of the cluster: not verified (Kafka before KIP-890 part 1 did the
+        # same; the log's producer state still refuses an older producer epoch)
+        return
     if code:
         code = _VERIFICATION_ERRORS.get(code, code)
         raise KafkaError(ErrorCode(code), f"transaction verification of {tp[0]}-{tp[1]} failed: "

@@ -1,7 +1,9 @@
 """WriteTxnMarkers (API key 27), versions 1-2.
 
-The transaction coordinator of this node writes its markers by calling :func:`write_marker` directly; the
-API is for other senders, such as the Admin client's ``abortTransaction`` (a hanging transaction).
+The transaction coordinator of this node writes its markers by calling :func:`write_marker` directly: into
+partitions this node leads at once, and to a partition led by another broker of a cluster with a
+WriteTxnMarkers request to that broker (:class:`RemoteMarkers`). The API serves those requests and other
+senders, such as the Admin client's ``abortTransaction`` (a hanging transaction).
 
 Behavior:
 * for every marker and partition: a COMMIT (TransactionResult true) or ABORT control batch with the
@@ -20,6 +22,7 @@ Version notes:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -28,6 +31,7 @@ from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse as R
 from kbroker.protocol.records import ControlType, build_control_batch
+from kbroker.server.inter_node import NodeChannel, NodeRequestError
 from kbroker.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
@@ -36,9 +40,73 @@ API_KEY = ApiKey.WRITE_TXN_MARKERS
 VERSIONS = range(1, 3)
 
 
+class RemoteMarkers:
+    """Transaction markers for partitions led by other brokers: a WriteTxnMarkers request (v1) to the leader on
+    ``inter.broker.listener.name``. The coordinator's marker writer is synchronous and retries a partition every
+    200 ms until it gets a final answer, so :meth:`write` starts the request and answers NOT_LEADER_OR_FOLLOWER
+    (retriable) until a later call finds it finished and returns the leader's answer."""
+
+    def __init__(self, broker) -> None:  # noqa: ANN001
+        self.broker = broker
+        self._pending: dict[tuple[int, str, int, int, int, bool], asyncio.Task[int]] = {}
+        self._channels: dict[tuple[int, str, int], NodeChannel] = {}
+
+    def write(self, leader: int, topic: str, partition: int, producer_id: int, producer_epoch: int,
+              coordinator_epoch: int, commit: bool) -> int:
+        key = (leader, topic, partition, producer_id, producer_epoch, commit)
+        task = self._pending.get(key)
+        if task is None:
+            reg = self.broker.controller.image.brokers.get(leader)
+            name = self.broker.config.get("inter.broker.listener.name")
+            ep = (reg.endpoint(name) or (reg.endpoints[0] if reg.endpoints else None)) if reg is not None else None
+            if ep is None or reg.fenced:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            ch_key = (leader, ep.host, ep.port)
+            ch = self._channels.get(ch_key)
+            if ch is None:
+                ch = self._channels[ch_key] = NodeChannel(leader, ep.host, ep.port, f"kbroker-{self.broker.node_id}")
+            req = WriteTxnMarkersRequest(markers=[WriteTxnMarkersRequest.WritableTxnMarker(
+                producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
+                coordinator_epoch=coordinator_epoch, topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(
+                    name=topic, partition_indexes=[partition])])])
+            self._pending[key] = asyncio.get_running_loop().create_task(self._send(ch, req))
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if not task.done():
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        del self._pending[key]
+        return task.result()
+
+    @staticmethod
+    async def _send(ch: NodeChannel, req: WriteTxnMarkersRequest) -> int:
+        try:
+            resp = await ch.request(ApiKey.WRITE_TXN_MARKERS, 1, req, 10.0)
+            return resp.markers[0].topics[0].partitions[0].error_code
+        except NodeRequestError as exc:
+            log.info("transaction marker to node %d: %s", ch.node_id, exc)
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        except (IndexError, AttributeError):
+            return ErrorCode.UNKNOWN_SERVER_ERROR
+
+    async def close(self) -> None:
+        for task in self._pending.values():
+            task.cancel()
+        self._pending.clear()
+        for ch in self._channels.values():
+            await ch.close()
+        self._channels.clear()
+
+
 def write_marker(broker, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                 coordinator_epoch: int, commit: bool) -> int:
-    """Append one transaction marker as leader; returns the error code."""
+                 coordinator_epoch: int, commit: bool, forward: bool = True) -> int:
+    """Append one transaction marker as leader; returns the error code. With ``forward`` (this node's
+    coordinator) a partition led by another broker gets it through :class:`RemoteMarkers`; a WriteTxnMarkers
+    request is answered here only (NOT_LEADER_OR_FOLLOWER when this node does not lead the partition)."""
+    remote = broker.remote_markers
+    if remote is not None and forward:
+        t = broker.controller.image.topics_by_name.get(topic)
+        p = t.partitions.get(partition) if t is not None else None
+        if p is not None and p.leader != broker.node_id and p.leader >= 0:
+            return remote.write(p.leader, topic, partition, producer_id, producer_epoch, coordinator_epoch, commit)
     if topic == OFFSETS_TOPIC:
         return broker.group_coordinator.complete_transaction(partition, producer_id, producer_epoch,
                                                              coordinator_epoch, commit)
@@ -66,7 +134,7 @@ async def handle(ctx, request: WriteTxnMarkersRequest) -> R:
             out.topics.append(topic_result)
             for p in t.partition_indexes:
                 error = write_marker(ctx.broker, t.name, p, marker.producer_id, marker.producer_epoch,
-                                     marker.coordinator_epoch, marker.transaction_result)
+                                     marker.coordinator_epoch, marker.transaction_result, forward=False)
                 topic_result.partitions.append(R.WritableTxnMarkerPartitionResult(partition_index=p,
                                                                                   error_code=error))
     return resp

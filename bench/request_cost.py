@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""The broker's CPU cost per produce request (issue 13), with confluent-kafka against a kbroker subprocess.
+
+Cases (each on a fresh topic, 100 B records, acks=1, broker CPU from /proc/<pid>/stat):
+
+* ``single``: one producer, one partition, one record per request (``linger.ms=0``, a flush after every
+  record): broker CPU microseconds per request;
+* ``many``: ``--producers`` producers (default 50) on one topic of ``--partitions`` partitions (default 10),
+  ``linger.ms=5``, each producing as fast as its queue allows for ``--seconds``: records/s, produce requests/s
+  (librdkafka's own count of requests sent), broker CPU microseconds per request.
+
+Usage: ``python bench/request_cost.py [--case single|many|both] [--python PATH]`` (``--python``: the
+interpreter whose kbroker is measured, e.g. another checkout's venv). Not a test: nothing asserts on speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from kbroker.testing import KbrokerProcess  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+VALUE = b"x" * 100
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def create(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept referenced until the answer is in
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    time.sleep(0.5)
+
+
+def single(broker: KbrokerProcess, n: int) -> dict[str, float]:
+    create(broker.bootstrap, "cost-single", 1)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "acks": 1})
+    for _ in range(200):  # warm up (connections, metadata)
+        p.produce("cost-single", VALUE, partition=0)
+        p.flush(10)
+    cpu0, t0 = cpu_seconds(broker.pid), time.monotonic()
+    for _ in range(n):
+        p.produce("cost-single", VALUE, partition=0)
+        p.flush(10)
+    took, cpu = time.monotonic() - t0, cpu_seconds(broker.pid) - cpu0
+    return {"requests": n, "requests_per_s": n / took, "broker_us_per_request": cpu / n * 1e6}
+
+
+def many(broker: KbrokerProcess, producers: int, partitions: int, seconds: float) -> dict[str, float]:
+    create(broker.bootstrap, "cost-many", partitions)
+    sent_requests = [0] * producers
+    acked = [0] * producers
+    stop = threading.Event()
+
+    def run(i: int) -> None:
+        def stats(raw: str) -> None:
+            s = json.loads(raw)
+            sent_requests[i] = sum(b.get("tx", 0) for b in s.get("brokers", {}).values())
+
+        def delivered(err, msg) -> None:  # noqa: ANN001
+            if err is None:
+                acked[i] += 1
+
+        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "acks": 1,
+                      "queue.buffering.max.messages": 20000, "statistics.interval.ms": 500, "stats_cb": stats})
+        while not stop.is_set():
+            try:
+                p.produce("cost-many", VALUE, on_delivery=delivered)
+            except BufferError:
+                p.poll(0.005)
+                continue
+            p.poll(0)
+        p.flush(30)
+        p.poll(0.6)  # a last statistics callback
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(producers)]
+    for t in threads:
+        t.start()
+    time.sleep(2)  # ramp up
+    a0, r0, cpu0, t0 = sum(acked), sum(sent_requests), cpu_seconds(broker.pid), time.monotonic()
+    time.sleep(seconds)
+    a1, r1, cpu1, t1 = sum(acked), sum(sent_requests), cpu_seconds(broker.pid), time.monotonic()
+    stop.set()
+    for t in threads:
+        t.join()
+    requests = max(1, r1 - r0)
+    return {"records_per_s": (a1 - a0) / (t1 - t0), "requests_per_s": requests / (t1 - t0),
+            "broker_cores": (cpu1 - cpu0) / (t1 - t0), "broker_us_per_request": (cpu1 - cpu0) / requests * 1e6}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", choices=["single", "many", "both"], default="both")
+    ap.add_argument("--requests", type=int, default=5000, help="requests of the single case")
+    ap.add_argument("--producers", type=int, default=50)
+    ap.add_argument("--partitions", type=int, default=10)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--python", default=None, help="the interpreter that runs the measured kbroker")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="kbroker-cost-") as root:
+        broker = KbrokerProcess(root, python=args.python, log_level="WARNING").start()
+        try:
+            if args.case in ("single", "both"):
+                print("single:", {k: round(v, 1) for k, v in single(broker, args.requests).items()}, flush=True)
+            if args.case in ("many", "both"):
+                got = many(broker, args.producers, args.partitions, args.seconds)
+                print("many:", {k: round(v, 2) for k, v in got.items()}, flush=True)
+        finally:
+            broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
