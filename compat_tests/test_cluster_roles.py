@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -344,3 +345,55 @@ def test_transactions_across_brokers(cluster):
     consumer.close()
     assert sum(tp.offset for tp in offsets) == 30
     assert sorted(int(m.value()) for m in read("tx-copy", 30, "read_committed")) == list(range(30))
+
+
+def test_dev_cluster_command(tmp_path):
+    """``kbroker-dev-cluster --controllers 1 --brokers 2``: one controller-only node (its brokers follow it over
+    Raft) and two brokers; it prints the bootstrap servers, clients use them, and SIGINT stops every node."""
+    import os
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "kbroker.testing.cluster", "--controllers", "1", "--brokers", "2",
+                             "--dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+
+    def reader() -> None:  # the command's output, line by line (ends when it exits)
+        for line in proc.stdout:
+            lines.append(line.strip())
+
+    threading.Thread(target=reader, daemon=True).start()
+    try:
+        deadline = time.monotonic() + 120
+        while "ready" not in lines and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert "ready" in lines, lines
+        bootstrap = next(x for x in lines if x.startswith("bootstrap.servers=")).split("=", 1)[1]
+        pids = [int(x.split(" pid ")[1].split()[0]) for x in lines if x.startswith("node ")]
+        assert [x.split()[2] for x in lines if x.startswith("node ")] == ["controller", "broker", "broker"]
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        assert set(admin.list_topics(timeout=10).brokers) == {2, 3}
+        create(admin, "dev", 2, 1)
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "1"})
+        for i in range(20):
+            producer.produce("dev", value=str(i).encode(), partition=i % 2)
+        assert producer.flush(30) == 0
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "dev-g", "auto.offset.reset": "earliest"})
+        consumer.subscribe(["dev"])
+        got, deadline = set(), time.monotonic() + 60
+        while len(got) < 20 and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and not m.error():
+                got.add(int(m.value()))
+        consumer.close()
+        assert got == set(range(20))
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(90) == 0
+        time.sleep(0.5)  # the reader thread takes the last lines
+        assert "stopped" in lines, lines
+        for pid in pids:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

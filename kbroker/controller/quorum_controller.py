@@ -226,11 +226,14 @@ class QuorumController:
         self._listeners: list[MetadataListener] = []
         self._lock = threading.RLock()
         self._started = False
-        #: KRaft with other voters (``controller.quorum.voters`` names nodes besides this one): writes go through
-        #: the Raft quorum (kbroker/server/metadata_quorum.py sets ``raft_append``) and readers see only what
-        #: the quorum committed (``apply_committed``); planning sees the leader's appended, uncommitted writes.
+        #: KRaft with other nodes (``controller.quorum.voters`` names nodes besides this one, or this node is a
+        #: controller only, so its brokers are elsewhere and follow it over Raft): writes go through the Raft
+        #: quorum (kbroker/server/metadata_quorum.py sets ``raft_append``) and readers see only what the quorum
+        #: committed (``apply_committed``); planning sees the leader's appended, uncommitted writes. A combined
+        #: node that is its only voter (the embedded default) is a quorum of one without Raft.
         self.quorum_voters = parse_quorum_voters(config.get("controller.quorum.voters"))
-        self.raft_mode = bool(self.quorum_voters) and set(self.quorum_voters) != {self.node_id}
+        self.raft_mode = bool(self.quorum_voters) and (
+            set(self.quorum_voters) != {self.node_id} or "broker" not in config.process_roles)
         self._committed: MetadataImage | None = None
         self._active = False
         #: the active controller's view of broker liveness: node id -> last heartbeat (ms, the caller's clock)

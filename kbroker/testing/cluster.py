@@ -287,3 +287,76 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
             raise OSError("connection closed")
         buf += chunk
     return buf
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``kbroker-dev-cluster``: start a cluster on this machine's loopback for development and tests of one's own
+    code, print how to reach it, and run until Ctrl-C / SIGTERM (then stop every node cleanly)::
+
+        kbroker-dev-cluster --controllers 3 --brokers 3 [--dir DIR] [--link-proxies] [--override k=v ...]
+
+    With ``--brokers 0`` the controllers are combined broker+controller nodes. Prints one ``node`` line per
+    process (id, roles, address, pid, data directory), then ``bootstrap.servers=...`` and ``ready``.
+    """
+    import argparse
+    import tempfile
+
+    ap = argparse.ArgumentParser(prog="kbroker-dev-cluster", description=main.__doc__.splitlines()[0])
+    ap.add_argument("--controllers", type=int, default=3, help="voters of the metadata quorum (default 3)")
+    ap.add_argument("--brokers", type=int, default=0,
+                    help="broker-only nodes; 0 (the default) makes the controllers combined nodes")
+    ap.add_argument("--dir", default=None, help="where the nodes keep their data (default: a temporary directory)")
+    ap.add_argument("--link-proxies", action="store_true", help="a TCP proxy on every link to a voter")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="a broker property for every node")
+    ap.add_argument("--start-timeout", type=float, default=120.0)
+    args = ap.parse_args(argv)
+    if args.controllers < 1 or args.brokers < 0:
+        ap.error("--controllers must be at least 1 and --brokers at least 0")
+    overrides = {}
+    for kv in args.override:
+        key, sep, value = kv.partition("=")
+        if not sep:
+            ap.error(f"--override wants KEY=VALUE, got {kv!r}")
+        overrides[key.strip()] = value.strip()
+    tmp = None
+    root = args.dir
+    if root is None:
+        tmp = tempfile.TemporaryDirectory(prefix="kbroker-dev-cluster-")
+        root = tmp.name
+    stop = {"now": False}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    cluster = KbrokerCluster(root, nodes=args.controllers, brokers=args.brokers, overrides=overrides,
+                             start_timeout=args.start_timeout, link_proxies=args.link_proxies)
+    try:
+        cluster.start()
+        for i, n in cluster.nodes.items():
+            roles = "controller" if i in cluster.controller_ids and args.brokers else \
+                ("broker,controller" if i in cluster.controller_ids else "broker")
+            print(f"node {i} {roles} {n.bootstrap} pid {n.pid} dir {n.data_dir}", flush=True)
+        print(f"cluster.id={cluster.cluster_id}", flush=True)
+        print(f"bootstrap.servers={cluster.bootstrap}", flush=True)
+        print("ready", flush=True)
+        while not stop["now"]:
+            time.sleep(0.2)
+            dead = [i for i, n in cluster.nodes.items() if not n.is_running()]
+            if dead:
+                print(f"node(s) {dead} exited; stopping the cluster", flush=True)
+                break
+    finally:
+        cluster.stop()
+        if tmp is not None:
+            tmp.cleanup()
+    print("stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
