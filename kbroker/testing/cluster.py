@@ -310,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="a broker property for every node")
     ap.add_argument("--start-timeout", type=float, default=120.0)
+    from kbroker.cli._common import add_version
+
+    add_version(ap)
     args = ap.parse_args(argv)
     if args.controllers < 1 or args.brokers < 0:
         ap.error("--controllers must be at least 1 and --brokers at least 0")
