@@ -662,17 +662,23 @@ class QuorumController:
         with self._lock:
             if not self.is_active:
                 raise KafkaError(ErrorCode.NOT_CONTROLLER, f"node {self.node_id} is not the active controller")
-            reg = self.latest_image.brokers.get(broker_id)
-            if reg is None:
-                raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered")
-            if reg.broker_epoch != broker_epoch:
-                raise KafkaError(ErrorCode.STALE_BROKER_EPOCH,
-                                 f"broker {broker_id} is registered with epoch {reg.broker_epoch}, not {broker_epoch}")
+            reg = self._registration(broker_id, broker_epoch)
             self._heartbeats[broker_id] = now_ms
             if reg.fenced:
                 self._commit([UnfenceBrokerRecord(id=broker_id, epoch=broker_epoch),
                               *self._leaders_for_unfenced(broker_id)])
             return False
+
+    def _registration(self, broker_id: int, broker_epoch: int) -> Any:
+        """The broker's registration in the latest image, checked against the epoch its request carries.
+        Raises ``KafkaError``: BROKER_ID_NOT_REGISTERED, STALE_BROKER_EPOCH."""
+        reg = self.latest_image.brokers.get(broker_id)
+        if reg is None:
+            raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered")
+        if reg.broker_epoch != broker_epoch:
+            raise KafkaError(ErrorCode.STALE_BROKER_EPOCH,
+                             f"broker {broker_id} is registered with epoch {reg.broker_epoch}, not {broker_epoch}")
+        return reg
 
     def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> bool:
         """A broker asked to shut down (BrokerHeartbeat ``want_shut_down``, or this node stopping): fence it and
@@ -683,12 +689,7 @@ class QuorumController:
         with self._lock:
             if not self.is_active:
                 raise KafkaError(ErrorCode.NOT_CONTROLLER, f"node {self.node_id} is not the active controller")
-            reg = self.latest_image.brokers.get(broker_id)
-            if reg is None:
-                raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"broker {broker_id} is not registered")
-            if reg.broker_epoch != broker_epoch:
-                raise KafkaError(ErrorCode.STALE_BROKER_EPOCH,
-                                 f"broker {broker_id} is registered with epoch {reg.broker_epoch}, not {broker_epoch}")
+            reg = self._registration(broker_id, broker_epoch)
             if reg.fenced:
                 return False
             log.info("broker %d is shutting down: fencing it and moving its leaderships", broker_id)

@@ -101,20 +101,3 @@ def create_internal_topic(controller: Any, name: str, num_partitions: int, repli
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
     log.info("created %s with %d partitions (replication factor %d)", name, num_partitions, replication)
     return ErrorCode.NONE
-    live = len(image.live_brokers()) if hasattr(image, "live_brokers") else 1
-    replication = max(1, min(replication_factor, live))
-    spec = CreateTopicSpec(name=name, num_partitions=num_partitions, replication_factor=replication,
-                           configs=configs)
-    try:
-        result = controller.create_topics([spec])[0]
-    except KafkaError as exc:  # NOT_CONTROLLER: in a cluster, only the active controller creates topics
-        log.info("cannot create %s here: %s", name, exc)
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    except Exception:
-        log.exception("creating %s failed", name)
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if result.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
-        log.warning("creating %s failed: %s %s", name, ErrorCode(result.error_code).name, result.error_message)
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    log.info("created %s with %d partitions (replication factor %d)", name, num_partitions, replication)
-    return ErrorCode.NONE
