@@ -308,7 +308,7 @@ class Dumper:
     @staticmethod
     def control_text(rec: Any) -> str:
         from kbroker.protocol import codec
-        from kbroker.protocol.messages import LeaderChangeMessage
+        from kbroker.protocol.messages import LeaderChangeMessage, SnapshotFooterRecord, SnapshotHeaderRecord
 
         key = bytes(rec.key or b"")
         if len(key) < 4:
@@ -318,10 +318,14 @@ class Dumper:
         if ctype in (0, 1) and len(value) >= 6:
             _, coordinator_epoch = struct.unpack_from(">hi", value, 0)
             return f" endTxnMarker: {_CONTROL_TYPES[ctype]} coordinatorEpoch: {coordinator_epoch}"
-        if ctype == 2:
-            try:  # the value is the message itself (its own Version field first), read at version 0
-                msg, _ = codec.decode(LeaderChangeMessage, value, 0, 0)
-                return f" LeaderChange: {_dumps(message_json(msg, 0))}"
+        # KRaft control records: the value is the message itself (its own Version field first), read at version 0
+        kraft = {2: (LeaderChangeMessage, "LeaderChange: "), 3: (SnapshotHeaderRecord, "SnapshotHeader "),
+                 4: (SnapshotFooterRecord, "SnapshotFooter ")}
+        if ctype in kraft:
+            cls, label = kraft[ctype]
+            try:
+                msg, _ = codec.decode(cls, value, 0, 0)
+                return f" {label}{_dumps(message_json(msg, 0))}"
             except Exception:  # noqa: BLE001
                 pass
         return f" controlType: {_CONTROL_TYPES.get(ctype, 'UNKNOWN')}({ctype})"

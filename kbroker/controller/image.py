@@ -57,6 +57,7 @@ __all__ = [
     "MetadataDelta",
     "MetadataImage",
     "MetadataReplayError",
+    "diff_images",
     "PartitionImage",
     "TopicImage",
     "is_internal",
@@ -498,6 +499,30 @@ class MetadataDelta:
             configs=configs,
             producer_ids_next=img.producer_ids_next if self._producer_ids_next is None else self._producer_ids_next,
         )
+
+
+def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataChanges:
+    """What differs between two images that are not one delta apart (an image loaded from a snapshot replaces
+    another): topics created and deleted (by id), partitions whose state differs, configs, brokers, features and
+    the producer id block."""
+    created = frozenset(tid for tid in new.topics_by_id if tid not in old.topics_by_id)
+    deleted = {tid: t for tid, t in old.topics_by_id.items() if tid not in new.topics_by_id}
+    changed_partitions = frozenset(
+        (tid, pid) for tid, t in new.topics_by_id.items() for pid, p in t.partitions.items()
+        if (o := old.topics_by_id.get(tid)) is None or o.partitions.get(pid) != p)
+    changed_configs = frozenset(k for k in set(old.configs) | set(new.configs)
+                                if dict(old.configs.get(k, _EMPTY)) != dict(new.configs.get(k, _EMPTY)))
+    changed_brokers = frozenset(b for b in set(old.brokers) | set(new.brokers)
+                                if old.brokers.get(b) != new.brokers.get(b))
+    return MetadataChanges(
+        created_topics=created,
+        deleted_topics=MappingProxyType(deleted),
+        changed_partitions=changed_partitions,
+        changed_configs=changed_configs,
+        changed_brokers=changed_brokers,
+        features_changed=dict(old.features) != dict(new.features),
+        producer_ids_changed=old.producer_ids_next != new.producer_ids_next,
+    )
 
 
 def _ignore(delta: MetadataDelta, record: Any) -> None:

@@ -47,10 +47,20 @@ from kbroker.controller.image import (
     MetadataChanges,
     MetadataDelta,
     MetadataImage,
+    MetadataReplayError,
+    diff_images,
     is_internal,
 )
 from kbroker.controller.replica_placement import place_replicas
 from kbroker.controller.records import decode_metadata_record, encode_metadata_record
+from kbroker.controller.snapshot import (
+    SnapshotError,
+    SnapshotStore,
+    decode_snapshot,
+    encode_snapshot,
+    image_records,
+    load_image,
+)
 from kbroker.controller.replication_control import (
     list_partition_reassignments,
     plan_alter_partition_reassignments,
@@ -242,6 +252,16 @@ class QuorumController:
         self.raft_end_offset: Callable[[], int] | None = None
         #: the offset of the last record this controller appended (raft mode): a write is durable once committed
         self.last_appended_offset = -1
+        #: snapshots of the metadata log (``<end offset>-<epoch>.checkpoint`` in the partition directory, KIP-630)
+        self.snapshots: SnapshotStore | None = None
+        #: the end offset of the snapshot the committed image was loaded from at start (0: none)
+        self.loaded_snapshot_end = 0
+        self.snapshot_max_bytes = config.get_int("metadata.log.max.record.bytes.between.snapshots")
+        self.snapshot_interval_ms = config.get_int("metadata.log.max.snapshot.interval.ms")
+        self.retention_bytes = config.get_int("metadata.max.retention.bytes")
+        self.retention_ms = config.get_int("metadata.max.retention.ms")
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = 0
 
     # ---- public state ----
     @property
@@ -289,8 +309,11 @@ class QuorumController:
             self._ensure_meta_properties()
             self._open_log()
             if self.raft_mode:
-                # Nothing is applied until the quorum says what is committed (apply_committed).
-                self._image = self._committed = MetadataImage.empty(self.cluster_id)
+                # Only the latest snapshot (committed records only) is applied until the quorum says what else is
+                # committed (apply_committed).
+                loaded = self._load_latest_snapshot()
+                self._image = self._committed = loaded[0] if loaded else MetadataImage.empty(self.cluster_id)
+                self.loaded_snapshot_end = loaded[1] if loaded else 0
                 self._started = True
                 log.info("metadata controller opened the log for the quorum %s: cluster %s, node %d",
                          sorted(self.quorum_voters), self.cluster_id, self.node_id)
@@ -433,14 +456,102 @@ class QuorumController:
         _check_metadata_log(self.partition_dir)
         # Always recover from the start: the metadata log is small and every batch is CRC-checked, so a
         # torn tail left by a crash is truncated before replay.
+        from kbroker.controller.raft.partition_log import open_metadata_log_start
+
+        self.snapshots = SnapshotStore(self.partition_dir)
         self._log = PartitionLog(self.partition_dir, self._metadata_log_config(), topic_id=METADATA_TOPIC_ID,
                                  recovery_point=0, clean_shutdown=False, high_watermark=None,
                                  failure_channel=self.failure_channel)
+        open_metadata_log_start(self.snapshots, self._log)
+        self._last_snapshot_ms = self._now_ms()
 
-    def _read_batches(self) -> Iterable[Any]:
+    # ---- snapshots (KIP-630) ----
+    def _load_latest_snapshot(self) -> tuple[MetadataImage, int] | None:
+        """The image of the latest snapshot and its end offset, or None. Raises MetadataStorageError for a damaged
+        snapshot (snapshots are written whole and renamed into place: damage is no crash's doing)."""
+        assert self.snapshots is not None
+        latest = self.snapshots.latest()
+        if latest is None:
+            return None
+        return self._read_snapshot(latest), latest[0]
+
+    def _read_snapshot(self, snapshot_id: tuple[int, int]) -> MetadataImage:
+        assert self.snapshots is not None
+        path = self.snapshots.path(snapshot_id)
+        try:
+            return load_image(self.cluster_id, decode_snapshot(self.snapshots.read(snapshot_id)), snapshot_id[0])
+        except (SnapshotError, MetadataReplayError) as exc:
+            raise MetadataStorageError(f"{path} is damaged ({exc}): restore {self.partition_dir} from a backup, or "
+                                       f"(in a cluster) empty it so that this node fetches the metadata again")
+
+    def snapshot_bytes(self, epoch: int, image: MetadataImage | None = None, last_contained_ms: int = -1) -> bytes:
+        """The committed image (or ``image``) as the content of a snapshot of ``epoch`` (Kafka's format);
+        ``last_contained_ms``: the append time of the last record it holds (default: now)."""
+        img = self.image if image is None else image
+        now = self._now_ms()
+        return encode_snapshot([encode_metadata_record(r) for r in image_records(img)], epoch,
+                               now if last_contained_ms < 0 else last_contained_ms, now)
+
+    def snapshot_due(self, appended_bytes: int) -> bool:
+        """Count ``appended_bytes`` of committed metadata records; True when a snapshot is due:
+        ``metadata.log.max.record.bytes.between.snapshots`` bytes since the last one, or
+        ``metadata.log.max.snapshot.interval.ms`` elapsed with new records (0 disables the time rule)."""
+        self._bytes_since_snapshot += appended_bytes
+        if self._bytes_since_snapshot <= 0:
+            return False
+        if self._bytes_since_snapshot >= self.snapshot_max_bytes:
+            return True
+        return self.snapshot_interval_ms > 0 and self._now_ms() - self._last_snapshot_ms >= self.snapshot_interval_ms
+
+    def snapshot_written(self) -> None:
+        self._bytes_since_snapshot = 0
+        self._last_snapshot_ms = self._now_ms()
+
+    def log_over_retention(self) -> bool:
+        """``metadata.max.retention.bytes`` / ``.ms`` exceeded: the log below the latest snapshot may go."""
+        lg = self._log
+        if lg is None:
+            return False
+        if self.retention_bytes >= 0 and lg.size_in_bytes > self.retention_bytes:
+            return True
+        if self.retention_ms >= 0 and len(lg.segments) > 1:
+            return self._now_ms() - lg.segments[0].largest_timestamp > self.retention_ms
+        return False
+
+    def load_snapshot(self, snapshot_id: tuple[int, int]) -> None:
+        """Raft mode: this replica replaced its log by a snapshot fetched from the leader; the committed image
+        becomes the snapshot's, and the listeners hear of every difference."""
+        new = self._read_snapshot(snapshot_id)
+        with self._lock:
+            old = self.image
+            self._committed = new
+            if not self._active:
+                self._image = new
+            changes = diff_images(old, new)
+        log.info("metadata image loaded from snapshot %s (end offset %d, epoch %d)",
+                 self.snapshots.path(snapshot_id).name if self.snapshots else "", *snapshot_id)
+        for cb in list(self._listeners):
+            try:
+                cb(old, new, changes)
+            except Exception:
+                log.exception("metadata listener %r failed", cb)
+
+    def _maybe_snapshot_single(self, appended_bytes: int) -> None:
+        """Quorum of one: everything in the log is committed; snapshot it when due and clean the log up."""
+        if not self.snapshot_due(appended_bytes) or self.snapshots is None:
+            return
+        from kbroker.controller.raft.partition_log import delete_log_before_snapshot
+
+        end = self._log.log_end_offset
+        self.snapshots.write(end, self.leader_epoch, self.snapshot_bytes(self.leader_epoch, self._image))
+        self.snapshot_written()
+        if self.log_over_retention():
+            delete_log_before_snapshot(self._log, self.snapshots, (end, self.leader_epoch), self._now_ms())
+
+    def _read_batches(self, start: int = 0) -> Iterable[Any]:
         from kbroker.protocol.records import iter_batches
 
-        pos = self._log.log_start_offset
+        pos = max(self._log.log_start_offset, start)
         end = self._log.log_end_offset
         while pos < end:
             info = self._log.read(pos, _READ_CHUNK_BYTES, end)
@@ -458,11 +569,13 @@ class QuorumController:
                 raise MetadataStorageError(f"metadata log does not advance at offset {pos}")
 
     def _replay_log(self) -> tuple[MetadataImage, int, bool]:
-        """Replay the whole metadata log -> (image, highest batch epoch, log ends inside a transaction)."""
-        delta = MetadataDelta(MetadataImage.empty(self.cluster_id))
+        """Replay the latest snapshot and the metadata log after it -> (image, highest batch epoch, log ends inside
+        a transaction)."""
+        loaded = self._load_latest_snapshot()
+        delta = MetadataDelta(loaded[0] if loaded else MetadataImage.empty(self.cluster_id))
         pending: list[tuple[Any, int]] | None = None
-        last_epoch = -1
-        for batch in self._read_batches():
+        last_epoch = self.snapshots.latest()[1] if loaded and self.snapshots else -1  # type: ignore[index]
+        for batch in self._read_batches(loaded[1] if loaded else 0):
             last_epoch = max(last_epoch, batch.partition_leader_epoch)
             if batch.is_control:
                 if pending is None:
@@ -583,6 +696,10 @@ class QuorumController:
             raise MetadataStorageError(f"metadata log end {self._log.log_end_offset} != expected "
                                        f"{base + len(records)}")
         self._image = new_image
+        try:
+            self._maybe_snapshot_single(sum(len(b) for b in batches))
+        except OSError as exc:  # the write is committed; a snapshot can wait for the next one
+            log.warning("writing a metadata snapshot failed: %s", exc)
         for cb in list(self._listeners):
             try:
                 cb(old, new_image, changes)

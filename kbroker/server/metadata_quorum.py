@@ -34,7 +34,14 @@ otherwise) over the ``__cluster_metadata`` log through a :class:`~kbroker.server
 * **observers**: a node that is not in ``controller.quorum.voters`` (``process.roles=broker``) fetches the log
   from the leader without being counted for the high watermark.
 
-Not yet here (issue 9): snapshots, dynamic voters.
+* **snapshots** (KIP-630): every node, standby or active, writes a snapshot of its committed image
+  (``<end offset>-<epoch>.checkpoint``) after ``metadata.log.max.record.bytes.between.snapshots`` bytes of committed
+  records (or ``metadata.log.max.snapshot.interval.ms``), and drops the log below it once the log exceeds
+  ``metadata.max.retention.bytes`` / ``.ms``. A node starts from its latest snapshot and the log after it; a node
+  too far behind the leader's log start (a new or wiped node, a long outage) fetches the leader's snapshot
+  (FetchSnapshot) and loads it.
+
+Not yet here (issue 9): dynamic voters.
 """
 
 from __future__ import annotations
@@ -102,11 +109,12 @@ class MetadataQuorum:
         """Start the Raft replica (the controller listener must already be bound)."""
         c = self.controller
         loop = asyncio.get_running_loop()
-        raft_log = PartitionRaftLog(c._log, self.node_id, sorted(self.voters))
+        raft_log = PartitionRaftLog(c._log, self.node_id, sorted(self.voters), snapshots=c.snapshots)
         store = FileElectionStore(c.partition_dir, cluster_id=c.cluster_id)
         now = int(time.monotonic() * 1000)
+        self._applied = c.loaded_snapshot_end
         self.client = RaftClient(self.node_id, set(self.voters), raft_log, store, random.Random(), now,
-                                 self.raft_config, on_commit=self._on_commit)
+                                 self.raft_config, on_commit=self._on_commit, on_snapshot=self._on_snapshot)
         self.manager = RaftManager(self.client, c.cluster_id, self.voters,
                                    request_timeout_ms=self.raft_config.request_timeout_ms)
         c.raft_append = self.manager.append
@@ -173,6 +181,30 @@ class MetadataQuorum:
         if batches:
             self.controller.apply_committed(batches)
             self._applied = pos
+            self._maybe_snapshot(sum(b.size for b in batches), batches[-1].max_timestamp)
+        self._wake_waiters()
+        self._check_active()
+
+    def _maybe_snapshot(self, applied_bytes: int, last_contained_ms: int) -> None:
+        c, cl = self.controller, self.client
+        if cl is None or not c.snapshot_due(applied_bytes) or self._applied <= cl.log.log_start_offset:
+            return
+        try:
+            epoch = cl.log.epoch_at(self._applied - 1)
+            snap = cl.create_snapshot(self._applied, c.snapshot_bytes(epoch, last_contained_ms=last_contained_ms))
+            c.snapshot_written()
+            log.info("metadata snapshot %s written (end offset %d, epoch %d)", c.snapshots.path(snap).name
+                     if c.snapshots else "", *snap)
+            if c.log_over_retention() and cl.delete_before_snapshot():
+                log.info("metadata log now starts at offset %d (the snapshot)", cl.log.log_start_offset)
+        except (OSError, ValueError) as exc:  # committed metadata is safe in the log; the next one can try again
+            log.warning("writing a metadata snapshot at offset %d failed: %s", self._applied, exc)
+
+    def _on_snapshot(self, snapshot_id: tuple[int, int]) -> None:
+        """This replica's log was replaced by a snapshot fetched from the leader: load it."""
+        self.controller.load_snapshot(snapshot_id)
+        self._applied = snapshot_id[0]
+        self.controller.snapshot_written()
         self._wake_waiters()
         self._check_active()
 

@@ -31,13 +31,15 @@ from kbroker.protocol.messages.end_quorum_epoch_request import EndQuorumEpochReq
 from kbroker.protocol.messages.end_quorum_epoch_response import EndQuorumEpochResponse
 from kbroker.protocol.messages.fetch_request import FetchRequest
 from kbroker.protocol.messages.fetch_response import FetchResponse
+from kbroker.protocol.messages.fetch_snapshot_request import FetchSnapshotRequest
+from kbroker.protocol.messages.fetch_snapshot_response import FetchSnapshotResponse
 from kbroker.protocol.messages.vote_response import VoteResponse
 from kbroker.server.inter_node import NodeChannel, NodeRequestError
 
 log = logging.getLogger(__name__)
 
 _RESPONSE_TYPES = {rm.VoteRequest: rm.VoteResponse, rm.BeginQuorumEpochRequest: rm.BeginQuorumEpochResponse,
-                   rm.FetchRequest: rm.FetchResponse}
+                   rm.FetchRequest: rm.FetchResponse, rm.FetchSnapshotRequest: rm.FetchSnapshotResponse}
 
 
 def monotonic_ms() -> int:
@@ -178,7 +180,8 @@ class RaftManager:
     def _send_outbox(self) -> None:
         out, self.client.outbox = self.client.outbox, []
         for dst, msg in out:
-            if isinstance(msg, (rm.VoteResponse, rm.BeginQuorumEpochResponse, rm.FetchResponse)):
+            if isinstance(msg, (rm.VoteResponse, rm.BeginQuorumEpochResponse, rm.FetchResponse,
+                                rm.FetchSnapshotResponse)):
                 continue  # answers to requests that were handled elsewhere and already returned
             channel = self.channels.get(dst)
             if channel is None:
@@ -195,7 +198,7 @@ class RaftManager:
             resp = await channel.request(api_key, version, req, self.request_timeout_ms / 1000)
         except NodeRequestError as exc:
             log.debug("raft node %s: %s", self.client.node_id, exc)
-            if exc.peer_gone and isinstance(msg, rm.FetchRequest) and not self._stopping:
+            if exc.peer_gone and isinstance(msg, (rm.FetchRequest, rm.FetchSnapshotRequest)) and not self._stopping:
                 self.client.peer_gone(channel.node_id, self.clock_ms())
                 self._wake.set()
             return
@@ -215,6 +218,8 @@ def _error_response(request: Any, exc: KafkaError) -> Any:
         return FetchResponse(error_code=code)
     if isinstance(request, EndQuorumEpochRequest):
         return EndQuorumEpochResponse(error_code=code)
+    if isinstance(request, FetchSnapshotRequest):
+        return FetchSnapshotResponse(error_code=code)
     if type(request).__name__ == "VoteRequest":
         return VoteResponse(error_code=code)
     return BeginQuorumEpochResponse(error_code=code)

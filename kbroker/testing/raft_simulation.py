@@ -14,6 +14,10 @@ After every event the invariants are checked (as Kafka's ``RaftEventSimulationTe
   or disappear (a global list of committed entries grows, and every replica's log is checked against it);
 * **leader completeness**: a leader's log holds every committed entry;
 * **monotonic high watermark**: within one incarnation of a replica its high watermark never goes back;
+* **snapshots hold the committed prefix**: every replica snapshots its state (the entries it holds as committed)
+  every ``snapshot_every`` committed offsets and often drops its log below the snapshot; a snapshot a replica
+  writes, and one it fetches from the leader to catch up (FetchSnapshot), must equal the committed entries below
+  its end offset; a replica restarts from its snapshot and the rest of its log;
 * **liveness** (at the end): once the network heals and every replica is up, a leader is elected and a new
   entry is committed on every voter within a bounded time.
 """
@@ -54,10 +58,15 @@ class SimConfig:
     """Mean time between network partitions; 0 disables them."""
     partition_ms: tuple[int, int] = (300, 4_000)
     append_every_ms: int = 40
+    snapshot_every: int = 100
+    """A replica snapshots once its high watermark is this many offsets past its latest snapshot; 0: never."""
+    delete_before_snapshot_rate: float = 0.7
+    """How often a replica drops its log below a new snapshot (so lagging replicas must fetch the snapshot)."""
     raft: RaftConfig = field(default_factory=lambda: RaftConfig(election_timeout_ms=300, fetch_timeout_ms=600,
                                                                 election_backoff_max_ms=300,
                                                                 request_timeout_ms=400, retry_backoff_ms=20,
-                                                                fetch_max_entries=20, append_linger_ms=100))
+                                                                fetch_max_entries=20, append_linger_ms=100,
+                                                                snapshot_chunk_bytes=2048))
 
 
 @dataclass
@@ -69,6 +78,8 @@ class SimResult:
     appended: int
     crashes: int
     partitions: int
+    snapshots_written: int = 0
+    snapshots_fetched: int = 0
 
 
 class _Node:
@@ -111,6 +122,8 @@ class Simulation:
         self.appended = 0
         self.crashes = 0
         self.partitions = 0
+        self.snapshots_written = 0
+        self.snapshots_fetched = 0
         self.faults = True
 
     # ------------------------------------------------------------------ events
@@ -121,9 +134,10 @@ class Simulation:
     def _start(self, node: _Node) -> None:
         node.incarnation += 1
         node.client = RaftClient(node.id, self.voter_ids, node.log, node.store,
-                                 random.Random(self.rng.getrandbits(64)), self.now, self.cfg.raft)
+                                 random.Random(self.rng.getrandbits(64)), self.now, self.cfg.raft,
+                                 on_snapshot=lambda snap, n=node: self._snapshot_fetched(n, snap))
         node.last_hw = 0
-        node.verified = 0
+        node.verified = node.log.log_start_offset  # below it: the snapshot, checked when it was written
         node.log.lowest_truncation = None
         self._poll(node)
 
@@ -196,11 +210,13 @@ class Simulation:
             self.events += 1
             try:
                 self._handle(kind, data)
+                self._check_invariants()
+                for node in self.nodes.values():
+                    self._maybe_snapshot(node)
             except InvariantViolation:
                 raise
             except Exception as exc:  # the Raft code's own assertions, or a crash
                 self._fail(f"{type(exc).__name__}: {exc}")
-            self._check_invariants()
             if self.now >= self.cfg.duration_ms + self.cfg.settle_ms // 2 and marker_offset is None:
                 leader = self._leader()
                 if leader is not None and leader.client is not None:
@@ -208,7 +224,52 @@ class Simulation:
                     self._poll(leader)
         self._check_liveness(marker_offset)
         return SimResult(self.seed, self.events, dict(self.leaders), self.committed_end, self.appended,
-                         self.crashes, self.partitions)
+                         self.crashes, self.partitions, self.snapshots_written, self.snapshots_fetched)
+
+    # ------------------------------------------------------------------ snapshots
+    @staticmethod
+    def _render(entries: list[LogEntry]) -> bytes:
+        """A replica's state machine state: the committed entries, one line each."""
+        return b"".join(f"{e.offset}:{e.epoch}:{e.count}:{e.data!r}\n".encode() for e in entries)
+
+    def _committed_prefix(self, end: int) -> bytes:
+        if end > self.committed_end:
+            self._fail(f"a snapshot ends at {end}, past the committed end {self.committed_end}")
+        entries = [e for off, e in self.committed.items() if off < end]
+        if entries and entries[-1].next_offset != end:
+            self._fail(f"a snapshot ends at {end}, inside the committed batch {entries[-1]}")
+        return self._render(entries)
+
+    def _maybe_snapshot(self, node: _Node) -> None:
+        client = node.client
+        if client is None or not self.cfg.snapshot_every:
+            return
+        latest = node.log.latest_snapshot_id()
+        hw = client.high_watermark
+        if hw - (latest[0] if latest else 0) < self.cfg.snapshot_every or hw <= node.log.log_start_offset:
+            return
+        # the state machine's state: the snapshot the log starts at, then the log's committed entries
+        start = node.log.log_start_offset
+        base = b""
+        if start > 0:
+            start_snap = next(i for i in node.log.snapshot_ids() if i[0] == start)  # type: ignore[attr-defined]
+            base = node.log.read_snapshot(start_snap, 0, 1 << 30)
+        data = base + self._render([e for e in node.log.read(start, 1 << 30) if e.next_offset <= hw])
+        if data != self._committed_prefix(hw):
+            self._fail(f"node {node.id} would snapshot a state at {hw} that is not the committed prefix")
+        client.create_snapshot(hw, data)
+        self.snapshots_written += 1
+        if self.rng.random() < self.cfg.delete_before_snapshot_rate:
+            client.delete_before_snapshot()
+
+    def _snapshot_fetched(self, node: _Node, snap: tuple[int, int]) -> None:
+        self.snapshots_fetched += 1
+        data = node.log.read_snapshot(snap, 0, 1 << 30)
+        if data != self._committed_prefix(snap[0]):
+            self._fail(f"node {node.id} fetched snapshot {snap} that is not the committed prefix")
+        node.verified = max(node.verified, snap[0])
+        if self.verbose:
+            print(f"{self.now:>7} node {node.id} installed snapshot {snap}")
 
     def _leader(self) -> _Node | None:
         best = None
@@ -304,8 +365,9 @@ class Simulation:
                     self._fail(f"two leaders in epoch {client.epoch}: {other} and {node.id}")
                 if node.leader_checked_epoch != client.epoch:  # leader completeness, when it takes office
                     node.leader_checked_epoch = client.epoch
-                    held = [e for e in node.log.read(0, len(self.committed)) if e.offset < self.committed_end]
-                    if held != list(self.committed.values()):
+                    start = node.log.log_start_offset
+                    held = [e for e in node.log.read(start, len(self.committed)) if e.offset < self.committed_end]
+                    if held != [e for e in self.committed.values() if e.offset >= start]:
                         self._fail(f"leader {node.id} of epoch {client.epoch} lacks committed entries: log end "
                                    f"offset {node.log.end_offset}, committed up to {self.committed_end}")
             hw = client.high_watermark
@@ -317,7 +379,7 @@ class Simulation:
             low = node.log.lowest_truncation
             if low is not None:
                 node.log.lowest_truncation = None
-                node.verified = min(node.verified, low)
+                node.verified = max(min(node.verified, low), node.log.log_start_offset)
             if hw > node.verified:
                 for e in node.log.read(node.verified, 1 << 30):
                     if e.next_offset > hw:
@@ -360,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(args.first_seed, args.first_seed + args.seeds)
     failures = 0
-    totals = {"events": 0, "committed": 0, "crashes": 0, "partitions": 0, "epochs": 0}
+    totals = {"events": 0, "committed": 0, "crashes": 0, "partitions": 0, "epochs": 0, "snapshots written": 0,
+              "snapshots fetched": 0}
     for seed in seeds:
         cfg = SimConfig(voters=args.voters, observers=args.observers, duration_ms=args.duration_ms,
                         crash_every_ms=args.crash_every_ms, partition_every_ms=args.partition_every_ms)
@@ -375,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
         totals["crashes"] += r.crashes
         totals["partitions"] += r.partitions
         totals["epochs"] += len(r.leaders)
+        totals["snapshots written"] += r.snapshots_written
+        totals["snapshots fetched"] += r.snapshots_fetched
     print(f"{len(seeds)} seeds, {failures} failed; " + ", ".join(f"{k} {v}" for k, v in totals.items()))
     return 1 if failures else 0
 

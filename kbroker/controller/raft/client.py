@@ -24,6 +24,12 @@ The protocol (KIP-595, with pre-vote from KIP-996 and check-quorum):
   *flushed* log end offset and each voter's last fetch offset, and the high watermark only moves once the entry
   that opened the leader's epoch is covered (so entries of earlier epochs are committed only through one of
   the current epoch). Followers learn it from fetch responses, capped by their own log end offset.
+* **Snapshots** (KIP-630). The owner writes a snapshot of its state at a committed offset
+  (:meth:`RaftClient.create_snapshot`) and may then drop the log below it (:meth:`RaftClient.delete_before_snapshot`).
+  A replica whose fetch offset is below the leader's log start offset (or whose last fetched epoch ends below it)
+  is answered with the leader's latest snapshot id; it fetches the snapshot in chunks with FetchSnapshot,
+  replaces its log by it (``install_snapshot``), tells the owner (``on_snapshot``) and fetches on from the
+  snapshot's end offset.
 * **Leaving.** A leader resigns (graceful shutdown, or a majority has not fetched for 1.5 x fetch timeout:
   check-quorum) and sends EndQuorumEpoch naming its preferred successors, most caught-up first; the first one
   starts its election at once.
@@ -46,6 +52,8 @@ from kbroker.controller.raft.messages import (
     EndQuorumEpochRequest,
     FetchRequest,
     FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     RaftMessage,
     VoteRequest,
     VoteResponse,
@@ -96,6 +104,8 @@ class RaftConfig:
     append_linger_ms: int = 0
     """``controller.quorum.append.linger.ms``: how long the leader may hold appended entries before it flushes
     them (they are readable by followers before, but count for the high watermark only once flushed)."""
+    snapshot_chunk_bytes: int = 8 * 1024 * 1024
+    """The most bytes of a snapshot asked for in one FetchSnapshot."""
 
 
 @dataclass
@@ -114,12 +124,15 @@ class RaftClient:
     """One replica of the metadata log: a voter when ``node_id`` is in ``voters``, otherwise an observer.
 
     ``on_commit(high_watermark)`` (optional) is called whenever the high watermark moves forward; entries below it
-    are committed and may be applied.
+    are committed and may be applied. ``on_snapshot((end_offset, epoch))`` (optional) is called when this replica
+    replaced its log by a snapshot fetched from the leader: the owner loads its state from that snapshot (and
+    applies entries from its end offset on).
     """
 
     def __init__(self, node_id: int, voters: frozenset[int] | set[int], raft_log: RaftLog, store: ElectionStore,
                  rng: random.Random, now: int, config: RaftConfig | None = None,
-                 on_commit: Callable[[int], None] | None = None) -> None:
+                 on_commit: Callable[[int], None] | None = None,
+                 on_snapshot: Callable[[tuple[int, int]], None] | None = None) -> None:
         self.node_id = node_id
         self.voters = frozenset(voters)
         self.log = raft_log
@@ -127,6 +140,8 @@ class RaftClient:
         self.rng = rng
         self.cfg = config or RaftConfig()
         self.on_commit = on_commit
+        self.on_snapshot = on_snapshot
+        self.snapshots_fetched = 0
         self.outbox: list[tuple[int, RaftMessage]] = []
         self.high_watermark = 0
         self._correlation = 0
@@ -170,6 +185,26 @@ class RaftClient:
         if self._flush_due is None:
             self._flush_due = now + self.cfg.append_linger_ms
         return self.log.end_offset - 1
+
+    def create_snapshot(self, end_offset: int, data: bytes) -> tuple[int, int]:
+        """Store the owner's state after every entry below ``end_offset`` as a snapshot -> its id ``(end_offset,
+        epoch)``. ``end_offset`` must be committed (at most the high watermark), at a batch boundary and past the
+        log start offset. Raises ValueError otherwise."""
+        if not self.log.log_start_offset < end_offset <= self.high_watermark:
+            raise ValueError(f"snapshot at {end_offset}: not committed past the log start offset "
+                             f"(log start {self.log.log_start_offset}, high watermark {self.high_watermark})")
+        epoch = self.log.epoch_at(end_offset - 1)
+        if end_offset > self.log.flushed_offset:
+            self.log.flush()  # a leader's entries are committed once a majority of followers hold them
+        self.log.create_snapshot(end_offset, epoch, data)
+        return (end_offset, epoch)
+
+    def delete_before_snapshot(self) -> bool:
+        """Drop the log below the latest snapshot (and older snapshots); returns whether anything was dropped."""
+        latest = self.log.latest_snapshot_id()
+        if latest is None or latest[0] > self.high_watermark:
+            return False
+        return self.log.delete_before_snapshot(latest)
 
     def resign(self, now: int) -> None:
         """Give up leadership gracefully (shutdown): EndQuorumEpoch to the voters, most caught-up first."""
@@ -237,6 +272,10 @@ class RaftClient:
                 self._begin_pending.discard(msg.src)
         elif isinstance(msg, EndQuorumEpochRequest):
             self._handle_end_epoch(msg, now)
+        elif isinstance(msg, FetchSnapshotRequest):
+            self._handle_fetch_snapshot_request(msg, now)
+        elif isinstance(msg, FetchSnapshotResponse):
+            self._handle_fetch_snapshot_response(msg, now)
         else:
             raise TypeError(f"not a Raft message: {msg!r}")
 
@@ -252,8 +291,10 @@ class RaftClient:
         self._epoch_start_offset = 0
         self._begin_pending: set[int] = set()
         self._begin_next_ms = 0
+        self._begin_sent: dict[int, int] = {}  # leader: voter -> when BeginQuorumEpoch last went to it
         self._leader_since = 0
         self._flush_due: int | None = None
+        self._snapshot_fetch: tuple[tuple[int, int], bytearray] | None = None  # follower: snapshot being fetched
         self._leader_contact_ms = -(2**62)  # last time the leader itself answered or wrote to us
 
     def _transition(self, dst: QuorumStateName, epoch: int, leader_id: int, voted_id: int, now: int) -> None:
@@ -358,9 +399,19 @@ class RaftClient:
                          self.epoch, alive, len(self.voters), window)
                 self._become_resigned(now)
                 return self.poll(now)
+        # a voter that has not fetched for half the fetch timeout hears BeginQuorumEpoch again: one that moved to a
+        # higher epoch without winning it (its votes were lost) answers with that epoch, and this leader steps down
+        # so that an election can bring it back, instead of the voter pre-voting in vain forever
+        quiet = self.cfg.fetch_timeout_ms // 2
+        if now - self._leader_since >= quiet:
+            for v, r in self._replicas.items():
+                if (v in self.voters and now - r.last_fetch_ms >= quiet and v not in self._begin_pending
+                        and now - self._begin_sent.get(v, -(2**62)) >= quiet):
+                    self._begin_pending.add(v)
         if self._begin_pending and now >= self._begin_next_ms:
             for v in sorted(self._begin_pending):
                 self.outbox.append((v, BeginQuorumEpochRequest(self.node_id, self.epoch)))
+                self._begin_sent[v] = now
             self._begin_next_ms = now + max(self.cfg.retry_backoff_ms, self.cfg.election_timeout_ms // 4)
         nxt = now + window // 3
         if self._flush_due is not None:
@@ -388,8 +439,14 @@ class RaftClient:
     def _send_fetch(self, dst: int, now: int) -> None:
         self._correlation += 1
         self._fetch_inflight_id = self._correlation
-        self.outbox.append((dst, FetchRequest(self.node_id, self.epoch, self.log.end_offset, self.log.last_epoch,
-                                              self.cfg.fetch_max_entries, self._correlation)))
+        if self._snapshot_fetch is not None:
+            (end, epoch), got = self._snapshot_fetch
+            self.outbox.append((dst, FetchSnapshotRequest(self.node_id, self.epoch, end, epoch, len(got),
+                                                          self.cfg.snapshot_chunk_bytes, self._correlation)))
+        else:
+            self.outbox.append((dst, FetchRequest(self.node_id, self.epoch, self.log.end_offset,
+                                                  self.log.last_epoch, self.cfg.fetch_max_entries,
+                                                  self._correlation)))
         self._fetch_inflight_until = now + self.cfg.request_timeout_ms
 
     # ------------------------------------------------------------------ handlers
@@ -489,8 +546,15 @@ class RaftClient:
         if req.epoch > self.epoch:
             answer("UNKNOWN_LEADER_EPOCH")
             return
+        start = self.log.log_start_offset
+        if start > 0 and req.fetch_offset < start:
+            self._answer_with_snapshot(req, answer, now)
+            return
         if req.fetch_offset > 0 or req.last_fetched_epoch > 0:
             epoch, end = self.log.end_offset_for_epoch(req.last_fetched_epoch)
+            if epoch < 0:  # the fetcher's last epoch ends below our log start: only a snapshot can help
+                self._answer_with_snapshot(req, answer, now)
+                return
             if epoch != req.last_fetched_epoch or req.fetch_offset > end:
                 answer("NONE", high_watermark=self.high_watermark, diverging_epoch=epoch, diverging_end_offset=end)
                 return
@@ -503,6 +567,86 @@ class RaftClient:
         self._maybe_advance_high_watermark()
         entries = tuple(self.log.read(req.fetch_offset, req.max_entries))
         answer("NONE", high_watermark=self.high_watermark, entries=entries)
+
+    def _answer_with_snapshot(self, req: FetchRequest, answer: Callable[..., None], now: int) -> None:
+        snap = self.log.latest_snapshot_id()
+        if snap is None or snap[0] < self.log.log_start_offset:  # cannot happen: the log starts at a snapshot
+            raise AssertionError(f"node {self.node_id}: log starts at {self.log.log_start_offset} without a snapshot")
+        replica = self._replicas.get(req.src)
+        if replica is None:
+            replica = self._replicas[req.src] = ReplicaState()
+        replica.last_fetch_ms = now
+        answer("NONE", high_watermark=self.high_watermark, snapshot_end_offset=snap[0], snapshot_epoch=snap[1])
+
+    def _handle_fetch_snapshot_request(self, req: FetchSnapshotRequest, now: int) -> None:
+        def answer(error: str, **kw: object) -> None:
+            self.outbox.append((req.src, FetchSnapshotResponse(
+                self.node_id, self.epoch, self.leader_id, error, req.snapshot_end_offset, req.snapshot_epoch,
+                correlation_id=req.correlation_id, **kw)))  # type: ignore[arg-type]
+
+        if self.state is not S.LEADER:
+            answer("NOT_LEADER_OR_FOLLOWER")
+            return
+        if req.epoch < self.epoch:
+            answer("FENCED_LEADER_EPOCH")
+            return
+        if req.epoch > self.epoch:
+            answer("UNKNOWN_LEADER_EPOCH")
+            return
+        snap = (req.snapshot_end_offset, req.snapshot_epoch)
+        size = self.log.snapshot_size(snap)
+        if size is None:
+            answer("SNAPSHOT_NOT_FOUND")
+            return
+        if not 0 <= req.position <= size:
+            answer("POSITION_OUT_OF_RANGE")
+            return
+        replica = self._replicas.get(req.src)
+        if replica is None:
+            replica = self._replicas[req.src] = ReplicaState()
+        replica.last_fetch_ms = now  # a voter fetching a snapshot is alive (check-quorum)
+        data = self.log.read_snapshot(snap, req.position, max(1, req.max_bytes))
+        answer("NONE", size=size, position=req.position, data=data)
+
+    def _handle_fetch_snapshot_response(self, resp: FetchSnapshotResponse, now: int) -> None:
+        if resp.correlation_id != self._fetch_inflight_id:
+            return
+        self._fetch_inflight_id = -1
+        if resp.epoch > self.epoch or (resp.epoch == self.epoch and resp.leader_id not in (-1, self.leader_id)):
+            self._observe(resp.epoch, resp.leader_id, now)
+        if self.state is not S.FOLLOWER or resp.src != self.leader_id or resp.epoch != self.epoch \
+                or self._snapshot_fetch is None:
+            return
+        snap, got = self._snapshot_fetch
+        if resp.error in ("SNAPSHOT_NOT_FOUND", "POSITION_OUT_OF_RANGE") or (
+                resp.error == "NONE" and ((resp.snapshot_end_offset, resp.snapshot_epoch) != snap
+                                          or resp.position != len(got))):
+            self._snapshot_fetch = None  # the leader moved on (a newer snapshot): fetch again to learn which
+            self._fetch_inflight_until = now
+            return
+        if resp.error != "NONE":
+            if resp.error == "NOT_LEADER_OR_FOLLOWER":
+                self._fetch_deadline = now
+                self._leader_contact_ms = -(2**62)
+            self._fetch_inflight_until = min(self._fetch_inflight_until, now + self.cfg.retry_backoff_ms)
+            return
+        self._fetch_inflight_until = now
+        self._fetch_deadline = now + self.cfg.fetch_timeout_ms
+        self._leader_contact_ms = now
+        got += resp.data
+        if len(got) > resp.size or (not resp.data and len(got) < resp.size):
+            self._snapshot_fetch = None
+            return
+        if len(got) == resp.size:
+            self._snapshot_fetch = None
+            if snap[0] < self.high_watermark:
+                raise AssertionError(f"node {self.node_id}: snapshot {snap} is below the high watermark "
+                                     f"{self.high_watermark}")
+            self.log.install_snapshot(snap, bytes(got))
+            self.snapshots_fetched += 1
+            log.info("node %s installed snapshot %s fetched from the leader %s", self.node_id, snap, resp.src)
+            if self.on_snapshot:
+                self.on_snapshot(snap)
 
     def _handle_fetch_response(self, resp: FetchResponse, now: int) -> None:
         if resp.correlation_id != self._fetch_inflight_id:
@@ -523,6 +667,13 @@ class RaftClient:
         self._fetch_inflight_until = now  # fetch again at once
         self._fetch_deadline = now + self.cfg.fetch_timeout_ms
         self._leader_contact_ms = now
+        if resp.snapshot_end_offset >= 0:
+            snap = (resp.snapshot_end_offset, resp.snapshot_epoch)
+            if snap[0] < self.high_watermark:
+                raise AssertionError(f"node {self.node_id}: the leader sends snapshot {snap} below the high "
+                                     f"watermark {self.high_watermark}")
+            self._snapshot_fetch = (snap, bytearray())
+            return
         if resp.diverging_epoch >= 0:
             _, own_end = self.log.end_offset_for_epoch(resp.diverging_epoch)
             truncate_to = min(own_end, resp.diverging_end_offset)

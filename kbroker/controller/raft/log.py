@@ -12,8 +12,17 @@ one epoch are contiguous and epochs only grow along the log (KIP-595). The Raft 
   batch boundary), ``read(offset, max_entries)`` (batches from the one that starts at ``offset``) and
   ``flush()``; ``flushed_offset`` is what survives a crash.
 
+Snapshots (KIP-630): a snapshot ``(end_offset, epoch)`` holds the state machine's state after every entry below
+``end_offset``; ``epoch`` is the epoch of the entry at ``end_offset - 1``. Its content is opaque bytes to Raft.
+Snapshots are made of committed entries only, so they are never truncated. The log may drop the entries below a
+snapshot (``delete_before_snapshot``): ``log_start_offset`` is then that snapshot's end offset, and the snapshot
+stands for everything below it (``last_epoch`` of a log with nothing past its start is that snapshot's epoch; an
+epoch asked of ``end_offset_for_epoch`` that ends below the start gives ``(-1, log_start_offset)``: unknown). A
+replica whose fetch offset is below the leader's log start gets the leader's latest snapshot
+(``read_snapshot``) and ``install_snapshot`` resets its log to start at the snapshot's end offset.
+
 ``MemoryRaftLog`` keeps everything in lists; :meth:`MemoryRaftLog.crash` drops what was never flushed, which
-is how the simulation models a power loss.
+is how the simulation models a power loss (snapshots are durable once written).
 """
 
 from __future__ import annotations
@@ -63,6 +72,22 @@ class RaftLog(Protocol):
 
     def flush(self) -> None: ...
 
+    # ---- snapshots
+    @property
+    def log_start_offset(self) -> int: ...
+
+    def latest_snapshot_id(self) -> tuple[int, int] | None: ...
+
+    def snapshot_size(self, snapshot_id: tuple[int, int]) -> int | None: ...
+
+    def read_snapshot(self, snapshot_id: tuple[int, int], position: int, max_bytes: int) -> bytes: ...
+
+    def create_snapshot(self, end_offset: int, epoch: int, data: bytes) -> None: ...
+
+    def install_snapshot(self, snapshot_id: tuple[int, int], data: bytes) -> None: ...
+
+    def delete_before_snapshot(self, snapshot_id: tuple[int, int]) -> bool: ...
+
 
 class MemoryRaftLog:
     """A :class:`RaftLog` in memory with a flushed offset (what a crash keeps)."""
@@ -72,16 +97,29 @@ class MemoryRaftLog:
         self._offsets: list[int] = []  # base offset of each entry, for bisect
         self._epoch_starts: list[tuple[int, int]] = []  # (epoch, start offset), epochs increasing
         self._flushed = 0
+        self._start = 0
+        self._snapshots: dict[tuple[int, int], bytes] = {}
         self.lowest_truncation: int | None = None
         """The lowest offset any truncation cut back to since the owner last reset this (simulation checks)."""
 
     @property
     def end_offset(self) -> int:
-        return self._entries[-1].next_offset if self._entries else 0
+        return self._entries[-1].next_offset if self._entries else self._start
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._start
+
+    def _start_epoch(self) -> int:
+        """Epoch of the entry just below the log start (that of the snapshot the log starts at), 0 at offset 0."""
+        for end, epoch in self._snapshots:
+            if end == self._start:
+                return epoch
+        return 0
 
     @property
     def last_epoch(self) -> int:
-        return self._entries[-1].epoch if self._entries else 0
+        return self._entries[-1].epoch if self._entries else self._start_epoch()
 
     @property
     def flushed_offset(self) -> int:
@@ -97,12 +135,19 @@ class MemoryRaftLog:
         return max(0, bisect_right(self._offsets, offset) - 1)
 
     def epoch_at(self, offset: int) -> int:
+        if offset < self._start:
+            if offset == self._start - 1:
+                return self._start_epoch()
+            raise ValueError(f"offset {offset} is below the log start offset {self._start}")
         return self._entries[self._index(offset)].epoch
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         starts = self._epoch_starts
         i = bisect_right([e for e, _ in starts], epoch) - 1
         if i < 0:
+            if self._start > 0:
+                start_epoch = self._start_epoch()
+                return (start_epoch, self._start) if epoch >= start_epoch else (-1, self._start)
             return (0, 0)  # no epoch <= the one asked for: everything diverges
         found = starts[i][0]
         end = starts[i + 1][1] if i + 1 < len(starts) else self.end_offset
@@ -123,6 +168,10 @@ class MemoryRaftLog:
         """Drop every batch at or past ``offset``; a batch that holds ``offset`` goes whole (as Kafka's log)."""
         if offset >= self.end_offset:
             return
+        latest = self.latest_snapshot_id()
+        if offset < self._start or (latest is not None and offset < latest[0]):
+            raise ValueError(f"truncation to {offset} below a snapshot (log start {self._start}, latest snapshot "
+                             f"{latest}): snapshots hold committed entries only")
         i = self._index(offset)
         offset = self._offsets[i]
         del self._entries[i:]
@@ -134,11 +183,61 @@ class MemoryRaftLog:
         self._flushed = min(self._flushed, offset)
 
     def read(self, offset: int, max_entries: int) -> list[LogEntry]:
+        if offset < self._start:
+            raise ValueError(f"read at {offset} below the log start offset {self._start}")
         i = self._index(offset)
         return self._entries[i:i + max_entries]
 
     def flush(self) -> None:
         self._flushed = self.end_offset
+
+    # ---- snapshots
+    def snapshot_ids(self) -> list[tuple[int, int]]:
+        return sorted(self._snapshots)
+
+    def latest_snapshot_id(self) -> tuple[int, int] | None:
+        return max(self._snapshots) if self._snapshots else None
+
+    def snapshot_size(self, snapshot_id: tuple[int, int]) -> int | None:
+        data = self._snapshots.get(snapshot_id)
+        return None if data is None else len(data)
+
+    def read_snapshot(self, snapshot_id: tuple[int, int], position: int, max_bytes: int) -> bytes:
+        return self._snapshots[snapshot_id][position:position + max_bytes]
+
+    def create_snapshot(self, end_offset: int, epoch: int, data: bytes) -> None:
+        if not self._start <= end_offset <= self._flushed:
+            raise ValueError(f"snapshot at {end_offset} outside the flushed log [{self._start}, {self._flushed}]")
+        self._snapshots[(end_offset, epoch)] = bytes(data)
+
+    def install_snapshot(self, snapshot_id: tuple[int, int], data: bytes) -> None:
+        """Replace the whole log by a snapshot fetched from the leader: it starts at the snapshot's end offset."""
+        end = snapshot_id[0]
+        self._snapshots = {k: v for k, v in self._snapshots.items() if k[0] > end}
+        self._snapshots[snapshot_id] = bytes(data)
+        self._entries.clear()
+        self._offsets.clear()
+        self._epoch_starts.clear()
+        self._start = self._flushed = end
+
+    def delete_before_snapshot(self, snapshot_id: tuple[int, int]) -> bool:
+        """Drop the entries below ``snapshot_id``'s end offset and the older snapshots; False if there is no
+        such snapshot or the log already starts there."""
+        end = snapshot_id[0]
+        if snapshot_id not in self._snapshots or end <= self._start or end > self._flushed:
+            return False
+        i = self._index(end)
+        del self._entries[:i]
+        del self._offsets[:i]
+        if self._entries and self._entries[0].offset < end:
+            raise AssertionError(f"snapshot end offset {end} inside batch {self._entries[0]}")
+        self._epoch_starts = [(e, max(s, end)) for j, (e, s) in enumerate(self._epoch_starts)
+                              if j + 1 >= len(self._epoch_starts) or self._epoch_starts[j + 1][1] > end]
+        if not self._entries:
+            self._epoch_starts = []
+        self._start = end
+        self._snapshots = {k: v for k, v in self._snapshots.items() if k[0] >= end}
+        return True
 
     def crash(self) -> None:
         """Lose every batch that was not flushed (a power loss)."""

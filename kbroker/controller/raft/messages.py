@@ -1,5 +1,6 @@
 """The Raft messages as the state machine sees them: the fields of KRaft's Vote, BeginQuorumEpoch,
-EndQuorumEpoch and Fetch requests and responses (API keys 52, 53, 54 and 1) that the protocol needs.
+EndQuorumEpoch, Fetch and FetchSnapshot requests and responses (API keys 52, 53, 54, 1 and 59) that the protocol
+needs.
 
 The wire adapter maps these to and from the generated messages (``VoteRequest`` etc.); the simulation passes
 them as they are. Every message names its sender (``src``); responses repeat what they answer so that a late
@@ -82,7 +83,41 @@ class FetchResponse:
     diverging_end_offset: int = -1
     entries: tuple[LogEntry, ...] = field(default_factory=tuple)
     correlation_id: int = 0
+    snapshot_end_offset: int = -1
+    """With ``snapshot_epoch``: the fetch offset is below the leader's log start offset; fetch this snapshot
+    (FetchSnapshot) and continue from its end offset (KIP-630). -1: no snapshot."""
+    snapshot_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotRequest:
+    """Ask the leader for bytes ``position ..`` of snapshot ``(snapshot_end_offset, snapshot_epoch)`` (KIP-630)."""
+
+    src: int
+    epoch: int
+    snapshot_end_offset: int
+    snapshot_epoch: int
+    position: int
+    max_bytes: int
+    correlation_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FetchSnapshotResponse:
+    src: int
+    epoch: int
+    leader_id: int
+    error: str
+    """``NONE``, ``FENCED_LEADER_EPOCH``, ``UNKNOWN_LEADER_EPOCH``, ``NOT_LEADER_OR_FOLLOWER``,
+    ``SNAPSHOT_NOT_FOUND`` or ``POSITION_OUT_OF_RANGE``."""
+    snapshot_end_offset: int
+    snapshot_epoch: int
+    size: int = -1
+    """The snapshot's whole size in bytes."""
+    position: int = -1
+    data: bytes = b""
+    correlation_id: int = 0
 
 
 RaftMessage = (VoteRequest | VoteResponse | BeginQuorumEpochRequest | BeginQuorumEpochResponse
-               | EndQuorumEpochRequest | FetchRequest | FetchResponse)
+               | EndQuorumEpochRequest | FetchRequest | FetchResponse | FetchSnapshotRequest | FetchSnapshotResponse)

@@ -1,5 +1,5 @@
-"""Raft messages on the wire: KRaft's Vote (52, v2), BeginQuorumEpoch (53, v1), EndQuorumEpoch (54, v1) and
-Fetch (1, v17) on ``__cluster_metadata`` partition 0, mapped to and from the state machine's messages
+"""Raft messages on the wire: KRaft's Vote (52, v2), BeginQuorumEpoch (53, v1), EndQuorumEpoch (54, v1),
+Fetch (1, v17, with the ``SnapshotId`` of KIP-630) and FetchSnapshot (59, v1) on ``__cluster_metadata`` partition 0, mapped to and from the state machine's messages
 (:mod:`kbroker.controller.raft.messages`).
 
 Requests carry the ``cluster_id``; a request for another cluster is refused with ``INCONSISTENT_CLUSTER_ID``
@@ -25,18 +25,21 @@ from kbroker.protocol.messages.begin_quorum_epoch_response import BeginQuorumEpo
 from kbroker.protocol.messages.end_quorum_epoch_request import EndQuorumEpochRequest
 from kbroker.protocol.messages.fetch_request import FetchRequest
 from kbroker.protocol.messages.fetch_response import FetchResponse
+from kbroker.protocol.messages.fetch_snapshot_request import FetchSnapshotRequest
+from kbroker.protocol.messages.fetch_snapshot_response import FetchSnapshotResponse
 from kbroker.protocol.messages.vote_request import VoteRequest
 from kbroker.protocol.messages.vote_response import VoteResponse
 from kbroker.protocol.records import iter_batches
 
 METADATA_TOPIC = "__cluster_metadata"
 VERSIONS = {VoteRequest.API_KEY: 2, BeginQuorumEpochRequest.API_KEY: 1, EndQuorumEpochRequest.API_KEY: 1,
-            FetchRequest.API_KEY: 17}
+            FetchRequest.API_KEY: 17, FetchSnapshotRequest.API_KEY: 1}
 """The version kbroker sends of each Raft API."""
 
 _ERRORS = {"NONE": 0, "FENCED_LEADER_EPOCH": ErrorCode.FENCED_LEADER_EPOCH,
            "UNKNOWN_LEADER_EPOCH": ErrorCode.UNKNOWN_LEADER_EPOCH,
-           "NOT_LEADER_OR_FOLLOWER": ErrorCode.NOT_LEADER_OR_FOLLOWER}
+           "NOT_LEADER_OR_FOLLOWER": ErrorCode.NOT_LEADER_OR_FOLLOWER,
+           "SNAPSHOT_NOT_FOUND": ErrorCode.SNAPSHOT_NOT_FOUND, "POSITION_OUT_OF_RANGE": ErrorCode.POSITION_OUT_OF_RANGE}
 _ERROR_NAMES = {int(v): k for k, v in _ERRORS.items()}
 
 
@@ -86,6 +89,11 @@ def encode_request(msg: Any, cluster_id: str, dst: int, max_bytes: int = 8 * 102
             topics=[FetchRequest.FetchTopic(topic_id=METADATA_TOPIC_ID, partitions=[FetchRequest.FetchPartition(
                 partition=0, current_leader_epoch=msg.epoch, fetch_offset=msg.fetch_offset,
                 last_fetched_epoch=msg.last_fetched_epoch, partition_max_bytes=max_bytes)])])
+    elif isinstance(msg, rm.FetchSnapshotRequest):
+        req = FetchSnapshotRequest(cluster_id=cluster_id, replica_id=msg.src, max_bytes=msg.max_bytes, topics=[
+            FetchSnapshotRequest.TopicSnapshot(name=METADATA_TOPIC, partitions=[FetchSnapshotRequest.PartitionSnapshot(
+                partition=0, current_leader_epoch=msg.epoch, snapshot_id=FetchSnapshotRequest.SnapshotId(
+                    end_offset=msg.snapshot_end_offset, epoch=msg.snapshot_epoch), position=msg.position)])])
     else:
         raise TypeError(f"not a Raft request: {msg!r}")
     return type(req).API_KEY, VERSIONS[type(req).API_KEY], req
@@ -112,6 +120,10 @@ def decode_request(req: Any, cluster_id: str, correlation_id: int = 0) -> Any:
         replica = req.replica_state.replica_id if req.replica_state.replica_id >= 0 else req.replica_id
         return rm.FetchRequest(replica, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch,
                                max_entries=1 << 30, correlation_id=correlation_id)
+    if isinstance(req, FetchSnapshotRequest):
+        p = _one_partition(req.topics, "name")
+        return rm.FetchSnapshotRequest(req.replica_id, p.current_leader_epoch, p.snapshot_id.end_offset,
+                                       p.snapshot_id.epoch, p.position, req.max_bytes, correlation_id)
     raise TypeError(f"not a Raft request: {type(req).__name__}")
 
 
@@ -134,7 +146,15 @@ def encode_response(resp: Any) -> Any:
                 partition_index=0, error_code=_ERRORS[resp.error], high_watermark=resp.high_watermark,
                 diverging_epoch=FetchResponse.EpochEndOffset(resp.diverging_epoch, resp.diverging_end_offset),
                 current_leader=FetchResponse.LeaderIdAndEpoch(resp.leader_id, resp.epoch),
+                snapshot_id=FetchResponse.SnapshotId(resp.snapshot_end_offset, resp.snapshot_epoch),
                 records=records)])])
+    if isinstance(resp, rm.FetchSnapshotResponse):
+        return FetchSnapshotResponse(topics=[FetchSnapshotResponse.TopicSnapshot(
+            name=METADATA_TOPIC, partitions=[FetchSnapshotResponse.PartitionSnapshot(
+                index=0, error_code=_ERRORS[resp.error],
+                snapshot_id=FetchSnapshotResponse.SnapshotId(resp.snapshot_end_offset, resp.snapshot_epoch),
+                current_leader=FetchSnapshotResponse.LeaderIdAndEpoch(resp.leader_id, resp.epoch),
+                size=resp.size, position=resp.position, unaligned_records=resp.data)])])
     raise TypeError(f"not a Raft response: {resp!r}")
 
 
@@ -163,5 +183,14 @@ def decode_response(resp: Any, request: Any, src: int) -> Any:
                         for b in iter_batches(p.records or b""))
         return rm.FetchResponse(src, p.current_leader.leader_epoch, p.current_leader.leader_id, error,
                                 request.fetch_offset, p.high_watermark, p.diverging_epoch.epoch,
-                                p.diverging_epoch.end_offset, entries, request.correlation_id)
+                                p.diverging_epoch.end_offset, entries, request.correlation_id,
+                                p.snapshot_id.end_offset, p.snapshot_id.epoch)
+    if isinstance(request, rm.FetchSnapshotRequest):
+        p = resp.topics[0].partitions[0]
+        error = _ERROR_NAMES.get(p.error_code)
+        if error is None:
+            return None
+        return rm.FetchSnapshotResponse(src, p.current_leader.leader_epoch, p.current_leader.leader_id, error,
+                                        p.snapshot_id.end_offset, p.snapshot_id.epoch, p.size, p.position,
+                                        bytes(p.unaligned_records or b""), request.correlation_id)
     return None  # EndQuorumEpoch: nothing to learn from the answer

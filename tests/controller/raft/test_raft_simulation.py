@@ -35,7 +35,7 @@ PROFILES = {
 def test_simulation_keeps_every_invariant(profile):
     kwargs, seeds = PROFILES[profile]
     failures = []
-    stats = {"committed": 0, "crashes": 0, "partitions": 0, "epochs": 0}
+    stats = {"committed": 0, "crashes": 0, "partitions": 0, "epochs": 0, "snapshots_fetched": 0}
     for seed in range(seeds):
         try:
             r = Simulation(seed, SimConfig(**kwargs)).run()
@@ -46,12 +46,15 @@ def test_simulation_keeps_every_invariant(profile):
         stats["crashes"] += r.crashes
         stats["partitions"] += r.partitions
         stats["epochs"] += len(r.leaders)
+        stats["snapshots_fetched"] += r.snapshots_fetched
     assert failures == [], f"{len(failures)} seeds failed; replay with python -m kbroker.testing.raft_simulation " \
                            f"--seed N --verbose: {failures[:5]}"
     # the campaign really exercised elections and faults
     assert stats["committed"] > seeds * 100 and stats["epochs"] > seeds
     if kwargs.get("crash_every_ms", 1) and kwargs.get("voters", 3) > 1:
         assert stats["crashes"] > seeds and stats["partitions"] > seeds / 2
+    if kwargs.get("voters", 3) >= 3:  # a replica can fall behind while a majority commits
+        assert stats["snapshots_fetched"] > seeds  # lagging replicas caught up from the leader's snapshot
 
 
 def test_one_seed_replays_exactly():
@@ -79,6 +82,40 @@ def test_simulation_catches_a_leader_that_counts_unflushed_entries(monkeypatch):
         except InvariantViolation:
             failed += 1
     assert failed > 0
+
+
+def test_simulation_catches_a_snapshot_that_loses_entries(monkeypatch):
+    """The harness can fail: a replica that installs a fetched snapshot without its last chunk is caught."""
+    orig = MemoryRaftLog.install_snapshot
+
+    def lossy(self, snapshot_id, data):
+        return orig(self, snapshot_id, data[: len(data) * 3 // 4])
+
+    monkeypatch.setattr(MemoryRaftLog, "install_snapshot", lossy)
+    with pytest.raises(InvariantViolation, match="not the committed prefix"):
+        for seed in range(30):
+            Simulation(seed, SimConfig(voters=3, crash_every_ms=700)).run()
+
+
+def test_simulation_catches_a_log_cleaned_past_its_snapshot(monkeypatch):
+    """The harness can fail: a replica that drops one batch more than its snapshot holds loses committed
+    entries, and a lagging replica that catches up from it has a gap."""
+    orig = MemoryRaftLog.delete_before_snapshot
+
+    def greedy(self, snapshot_id):
+        nxt = [e for e in self.entries() if e.offset >= snapshot_id[0]]
+        if not nxt:
+            return orig(self, snapshot_id)
+        # pretend the snapshot also covers the next batch
+        data = self._snapshots.pop(snapshot_id)
+        wider = (nxt[0].next_offset, nxt[0].epoch)
+        self._snapshots[wider] = data
+        return orig(self, wider)
+
+    monkeypatch.setattr(MemoryRaftLog, "delete_before_snapshot", greedy)
+    with pytest.raises(InvariantViolation):
+        for seed in range(30):
+            Simulation(seed, SimConfig(voters=3, crash_every_ms=700)).run()
 
 
 def test_simulation_catches_double_votes(monkeypatch):

@@ -1,5 +1,5 @@
 """Raft messages through Kafka's wire format: every message of a simulated run is encoded with the generated
-codec (Vote v2, BeginQuorumEpoch v1, EndQuorumEpoch v1, Fetch v17), decoded again and handed to the peer, on
+codec (Vote v2, BeginQuorumEpoch v1, EndQuorumEpoch v1, Fetch v17, FetchSnapshot v1), decoded again and handed to the peer, on
 disk logs, so the fields the protocol needs survive the wire; plus the refusals a quorum owes a stranger."""
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ CLUSTER = "MkU3OEVBNTcwNTJENDM2Qg"
 
 def through_wire(dst, msg):
     """Encode and decode ``msg`` as the network would; responses are paired with a stand-in of their request."""
-    if isinstance(msg, (rm.VoteRequest, rm.BeginQuorumEpochRequest, rm.EndQuorumEpochRequest, rm.FetchRequest)):
+    if isinstance(msg, (rm.VoteRequest, rm.BeginQuorumEpochRequest, rm.EndQuorumEpochRequest, rm.FetchRequest,
+                        rm.FetchSnapshotRequest)):
         key, version, req = wire.encode_request(msg, CLUSTER, dst)
         decoded, end = codec.decode(type(req), codec.encode(req, version), version)
         back = wire.decode_request(decoded, CLUSTER, getattr(msg, "correlation_id", 0))
@@ -41,10 +42,14 @@ def through_wire(dst, msg):
         request = rm.BeginQuorumEpochRequest(dst, msg.epoch)
     elif isinstance(msg, rm.FetchResponse):
         request = rm.FetchRequest(dst, msg.epoch, msg.fetch_offset, 0, correlation_id=msg.correlation_id)
+    elif isinstance(msg, rm.FetchSnapshotResponse):
+        request = rm.FetchSnapshotRequest(dst, msg.epoch, msg.snapshot_end_offset, msg.snapshot_epoch, msg.position,
+                                          1024, correlation_id=msg.correlation_id)
     else:
         raise AssertionError(msg)
     resp = wire.encode_response(msg)
-    version = wire.VERSIONS[{rm.VoteResponse: 52, rm.BeginQuorumEpochResponse: 53, rm.FetchResponse: 1}[type(msg)]]
+    version = wire.VERSIONS[{rm.VoteResponse: 52, rm.BeginQuorumEpochResponse: 53, rm.FetchResponse: 1,
+                             rm.FetchSnapshotResponse: 59}[type(msg)]]
     decoded, _ = codec.decode(type(resp), codec.encode(resp, version), version)
     back = wire.decode_response(decoded, request, msg.src)
     assert back == msg, (back, msg)
