@@ -1,7 +1,16 @@
-"""``kbroker-metadata-quorum``: describe the KRaft metadata quorum, like ``kafka-metadata-quorum.sh``.
+"""``kbroker-metadata-quorum``: describe and change the KRaft metadata quorum, like ``kafka-metadata-quorum.sh``.
 
     kbroker-metadata-quorum --bootstrap-server localhost:9092 describe --status
     kbroker-metadata-quorum --bootstrap-server localhost:9092 describe --replication [--human-readable]
+    kbroker-metadata-quorum --command-config controller.properties --bootstrap-controller HOST:PORT add-controller
+    kbroker-metadata-quorum --bootstrap-controller HOST:PORT remove-controller --controller-id N \
+        --controller-directory-id UUID
+
+``add-controller`` (KIP-853) makes the controller that ``--command-config`` describes (its ``node.id``, the
+directory id in its metadata directory's ``meta.properties``, its ``controller.listener.names`` endpoints from
+``advertised.listeners`` / ``listeners``) a voter: it must be running and following the metadata log as an
+observer. It sends AddRaftVoter (API 80); ``remove-controller`` sends RemoveRaftVoter (API 81). Either goes to the
+node named, which forwards it to the quorum's leader.
 
 Sends DescribeQuorum (API 55) for ``__cluster_metadata-0`` and the cluster id from Metadata through kbroker's
 protocol codec; prints Kafka 4.x's ``MetadataQuorumCommand`` layout (``ClusterId:``, ``LeaderId:``, ...,
@@ -37,13 +46,96 @@ def build_parser() -> ToolParser:
                    help="a controller to connect to (kbroker nodes are combined: same as --bootstrap-server)")
     add_command_config(p)
     add_version(p)
-    sub = p.add_subparsers(dest="command", metavar="{describe}", parser_class=ToolParser)
+    sub = p.add_subparsers(dest="command", metavar="{describe,add-controller,remove-controller}",
+                           parser_class=ToolParser)
     d = sub.add_parser("describe", help="describe the metadata quorum info")
     g = d.add_mutually_exclusive_group(required=True)
     g.add_argument("--status", action="store_true", help="a summary of the quorum state")
     g.add_argument("--replication", action="store_true", help="the replication state of every replica")
     d.add_argument("--human-readable", action="store_true", help="with --replication: timestamps as 'N ms ago'")
+    sub.add_parser("add-controller", help="add the controller of --command-config to the voters")
+    r = sub.add_parser("remove-controller", help="remove a controller from the voters")
+    r.add_argument("--controller-id", type=int, required=True, help="the node id of the controller to remove")
+    r.add_argument("--controller-directory-id", required=True,
+                   help="the directory id of the controller's metadata directory")
     return p
+
+
+def _controller_identity(props: dict[str, str]) -> tuple[int, str, bytes, list[tuple[str, str, int]]]:
+    """(node id, cluster id, directory id, controller endpoints) of the controller a properties file describes."""
+    from pathlib import Path
+
+    from kbroker.cli._wire import split_hostport
+    from kbroker.config import parse_properties
+    from kbroker.controller.uuids import uuid_from_str
+
+    if not props.get("node.id", "").strip().lstrip("-").isdigit():
+        raise CliError("--command-config must give the new controller's node.id")
+    node_id = int(props["node.id"])
+    meta_dir = (props.get("metadata.log.dir") or props.get("log.dirs", "").split(",")[0]
+                or props.get("log.dir", "/tmp/kafka-logs")).strip()
+    meta = Path(meta_dir) / "meta.properties"
+    try:
+        stored = parse_properties(meta.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CliError(f"cannot read {meta} ({exc.strerror}): start the new controller first, so that its "
+                       f"metadata directory is formatted") from None
+    try:
+        directory_id = uuid_from_str(stored.get("directory.id", ""))
+    except ValueError:
+        raise CliError(f"{meta} has no valid directory.id") from None
+    names = {n.strip().upper() for n in props.get("controller.listener.names", "CONTROLLER").split(",") if n.strip()}
+    endpoints: list[tuple[str, str, int]] = []
+    for key in ("advertised.listeners", "listeners"):
+        for item in (x.strip() for x in props.get(key, "").split(",") if x.strip()):
+            name, _, addr = item.partition("://")
+            if name.upper() in names and all(e[0] != name.upper() for e in endpoints):
+                host, port = split_hostport(addr)
+                if not host:
+                    raise CliError(f"the {name} listener of node {node_id} has no host: set advertised.listeners")
+                endpoints.append((name.upper(), host, port))
+    if not endpoints:
+        raise CliError(f"--command-config names no listener of controller.listener.names {sorted(names)}")
+    return node_id, stored.get("cluster.id", ""), directory_id, endpoints
+
+
+def add_controller(bootstrap: str, props: dict[str, str]) -> None:
+    from kbroker.cli._wire import WireClient, error_name
+    from kbroker.controller.uuids import uuid_to_str
+    from kbroker.protocol.messages.add_raft_voter_request import AddRaftVoterRequest
+
+    node_id, cluster_id, directory_id, endpoints = _controller_identity(props)
+    with WireClient(bootstrap) as wire:
+        conn = wire.any_broker()
+        req = AddRaftVoterRequest(cluster_id=cluster_id, timeout_ms=30_000, voter_id=node_id,
+                                  voter_directory_id=directory_id,
+                                  listeners=[AddRaftVoterRequest.Listener(name=n, host=h, port=p)
+                                             for n, h, p in endpoints], ack_when_committed=True)
+        resp = conn.send(req, conn.version_for(AddRaftVoterRequest))
+    if resp.error_code:
+        raise CliError(f"AddRaftVoter failed: {error_name(resp.error_code)}"
+                       + (f" ({resp.error_message})" if resp.error_message else ""))
+    print(f"Added controller {node_id} with directory id {uuid_to_str(directory_id)} and endpoints: "
+          + ", ".join(f"{n}://{h}:{p}" for n, h, p in endpoints))
+
+
+def remove_controller(bootstrap: str, node_id: int, directory_id_text: str) -> None:
+    from kbroker.cli._wire import WireClient, error_name
+    from kbroker.controller.uuids import uuid_from_str
+    from kbroker.protocol.messages.remove_raft_voter_request import RemoveRaftVoterRequest
+
+    try:
+        directory_id = uuid_from_str(directory_id_text)
+    except ValueError:
+        raise CliError(f"--controller-directory-id {directory_id_text!r} is not a directory id") from None
+    with WireClient(bootstrap) as wire:
+        conn = wire.any_broker()
+        resp = conn.send(RemoveRaftVoterRequest(cluster_id="", voter_id=node_id, voter_directory_id=directory_id),
+                         conn.version_for(RemoveRaftVoterRequest))
+    if resp.error_code:
+        raise CliError(f"RemoveRaftVoter failed: {error_name(resp.error_code)}"
+                       + (f" ({resp.error_message})" if resp.error_message else ""))
+    print(f"Removed controller {node_id} with directory id {directory_id_text}")
 
 
 def _uuid(raw: bytes) -> str | None:
@@ -142,19 +234,27 @@ def replication(bootstrap: str, human: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command != "describe":
-        parser.error("a command is required: describe (--status | --replication)")
+    if args.command not in ("describe", "add-controller", "remove-controller"):
+        parser.error("a command is required: describe (--status | --replication), add-controller or "
+                     "remove-controller")
     bootstrap = args.bootstrap_server or args.bootstrap_controller
     if not bootstrap:
         parser.error("one of --bootstrap-server or --bootstrap-controller must be specified")
     if args.bootstrap_server and args.bootstrap_controller:
         parser.error("only one of --bootstrap-server or --bootstrap-controller must be specified")
-    if args.human_readable and not args.replication:
+    if args.command == "describe" and args.human_readable and not args.replication:
         parser.error("--human-readable is only valid with --replication")
+    if args.command == "add-controller" and not args.command_config:
+        parser.error("add-controller needs --command-config: the properties of the controller to add")
 
     def body() -> int:
-        require_plaintext(load_properties(args.command_config), PROG)
-        if args.status:
+        props = load_properties(args.command_config)
+        require_plaintext(props, PROG)
+        if args.command == "add-controller":
+            add_controller(bootstrap, props)
+        elif args.command == "remove-controller":
+            remove_controller(bootstrap, args.controller_id, args.controller_directory_id)
+        elif args.status:
             status(bootstrap)
         else:
             replication(bootstrap, args.human_readable)

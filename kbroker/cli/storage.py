@@ -8,9 +8,15 @@
 every ``log.dirs`` entry and the ``metadata.log.dir``: exactly what kbroker's controller writes on a first start
 and checks on every start, so a formatted node starts with the chosen cluster id. The metadata log itself (its
 bootstrap records: ``metadata.version`` 4.3-IV0 and ``group.version`` 1) is written by that first start, or in
-a cluster by the first active controller. kbroker's voters are static (``controller.quorum.voters``; dynamic
-voters, KIP-853, are not implemented), so ``--standalone``, ``--initial-controllers`` and
-``--no-initial-controllers`` are accepted and change nothing. ``info`` reports what is on disk.
+a cluster by the first active controller.
+
+A dynamic quorum (KIP-853: ``controller.quorum.bootstrap.servers``, no ``controller.quorum.voters``) keeps its
+voters in the metadata log. ``--standalone`` (this controller is the only voter) or ``--initial-controllers
+id@host:port:directory-id,...`` (this node's metadata directory gets the directory id given for it) writes them
+as the bootstrap snapshot ``__cluster_metadata-0/00000000000000000000-0000000000.checkpoint`` (a KRaftVersion
+and a KRaftVoters record); ``--no-initial-controllers`` formats a controller that joins later as an observer
+(``kbroker-metadata-quorum add-controller``). With static voters ``--initial-controllers`` must name them and
+nothing more is written. ``info`` reports what is on disk.
 """
 
 from __future__ import annotations
@@ -42,10 +48,12 @@ def build_parser() -> ToolParser:
     fmt.add_argument("--feature", "-f", action="append", default=[], metavar="NAME=LEVEL",
                      help="a feature level to bootstrap (only the levels kbroker bootstraps are accepted)")
     fmt.add_argument("--standalone", "-s", action="store_true",
-                     help="this node is the only voter (accepted; the voters come from controller.quorum.voters)")
+                     help="a dynamic quorum whose only voter is this controller")
     fmt.add_argument("--initial-controllers", "-I",
-                     help="the initial voters; must match controller.quorum.voters (this node alone without it)")
-    fmt.add_argument("--no-initial-controllers", "-N", action="store_true", help="accepted; changes nothing")
+                     help="the initial voters of a dynamic quorum, id@host:port:directory-id,... (with static "
+                          "voters: must match controller.quorum.voters)")
+    fmt.add_argument("--no-initial-controllers", "-N", action="store_true",
+                     help="a controller that joins a dynamic quorum later (add-controller)")
     fmt.add_argument("--add-scram", "-S", action="append", default=[], help="not supported")
     return p
 
@@ -97,15 +105,23 @@ def format_command(args: Any) -> int:
                            "group.version=1, transaction.version=0")
     if args.add_scram:
         raise CliError("--add-scram is not supported: kbroker has no SASL/SCRAM listener")
-    if args.initial_controllers:
-        from kbroker.controller.quorum_controller import parse_quorum_voters
+    from kbroker.controller.quorum_controller import parse_quorum_voters
 
+    try:
+        static = parse_quorum_voters(config.get("controller.quorum.voters"))
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    dynamic = not static and bool(config.get("controller.quorum.bootstrap.servers").strip())
+    if sum(map(bool, (args.standalone, args.initial_controllers, args.no_initial_controllers))) > 1:
+        raise CliError("Only one of --standalone, --initial-controllers and --no-initial-controllers can be given.")
+    bootstrap_voters = None
+    own_directory_id: str | None = None
+    if dynamic and "controller" in config.process_roles and (args.standalone or args.initial_controllers):
+        bootstrap_voters, own_directory_id = _initial_voters(config, node_id, args)
+    elif args.initial_controllers:
         voters = [v.strip() for v in args.initial_controllers.split(",") if v.strip()]
         ids = {v.split("@", 1)[0].split("-", 1)[0] for v in voters}
-        try:
-            configured = {str(i) for i in parse_quorum_voters(config.get("controller.quorum.voters"))}
-        except ValueError as exc:
-            raise CliError(str(exc)) from None
+        configured = {str(i) for i in static}
         if not configured and ids != {str(node_id)}:
             raise CliError(f"without controller.quorum.voters the metadata quorum is this node only: "
                            f"--initial-controllers must name only node {node_id}, got {args.initial_controllers}")
@@ -128,12 +144,67 @@ def format_command(args: Any) -> int:
     for d in todo:
         try:
             d.mkdir(parents=True, exist_ok=True)
-            write_meta_properties(d, cluster_id=args.cluster_id, node_id=node_id)
+            props = write_meta_properties(d, cluster_id=args.cluster_id, node_id=node_id,
+                                          directory_id=own_directory_id if d == metadata_dir else None)
+            if d == metadata_dir and bootstrap_voters is not None:
+                _write_bootstrap_snapshot(d, bootstrap_voters, node_id, props["directory.id"])
         except OSError as exc:
             raise CliError(f"Unable to create storage directory {d}: {exc.strerror or exc}") from None
         kind = "metadata" if d == metadata_dir else "data"
         print(f"Formatting {kind} directory {d} with metadata.version {METADATA_VERSION}.")
     return 0
+
+
+def _initial_voters(config: Any, node_id: int, args: Any) -> tuple[list[tuple[int, str | None, list[Any]]], str | None]:
+    """The voters of a new dynamic quorum -> ([(id, directory id or None for this node's new one, endpoints)],
+    this node's directory id when --initial-controllers gives it)."""
+    from kbroker.controller.uuids import uuid_from_str
+
+    names = {n.upper() for n in config.get_list("controller.listener.names")}
+    own = [(lst.name.upper(), lst.host or "localhost", lst.port) for lst in config.listeners
+           if lst.name.upper() in names]
+    if args.standalone:
+        if not own:
+            raise CliError("--standalone needs a listener named in controller.listener.names")
+        return [(node_id, None, own)], None
+    out: list[tuple[int, str | None, list[Any]]] = []
+    own_dir = None
+    listener = sorted(names)[0] if names else "CONTROLLER"
+    for item in (x.strip() for x in args.initial_controllers.split(",") if x.strip()):
+        import re
+
+        m = re.fullmatch(r"(\d+)@\[?([^\]@]*?)\]?:(\d+):([A-Za-z0-9_-]{22})", item)
+        if m is None:
+            raise CliError(f"Invalid --initial-controllers entry {item!r}: expected id@host:port:directory-id")
+        try:
+            uuid_from_str(m.group(4))
+        except ValueError:
+            raise CliError(f"Invalid directory id {m.group(4)!r} in --initial-controllers") from None
+        vid = int(m.group(1))
+        if vid == node_id:
+            own_dir = m.group(4)
+        out.append((vid, m.group(4), [(listener, m.group(2), int(m.group(3)))]))
+    if len({v[0] for v in out}) != len(out):
+        raise CliError("--initial-controllers names a node twice")
+    if own_dir is None:
+        raise CliError(f"--initial-controllers does not name this node ({node_id})")
+    return out, own_dir
+
+
+def _write_bootstrap_snapshot(metadata_dir: Path, voters: list[tuple[int, str | None, list[Any]]], node_id: int,
+                              own_directory_id: str) -> None:
+    import time
+
+    from kbroker.controller.raft.log import Voter, VoterSet
+    from kbroker.controller.snapshot import SnapshotStore, encode_snapshot
+    from kbroker.controller.uuids import uuid_from_str
+
+    vs = VoterSet.of([Voter(vid, uuid_from_str(d if d is not None else own_directory_id), tuple(eps))
+                      for vid, d, eps in voters])
+    now = int(time.time() * 1000)
+    SnapshotStore(metadata_dir / "__cluster_metadata-0").write(0, 0, encode_snapshot([], 0, now, now, voters=vs))
+    print("Bootstrap voters of the metadata quorum: "
+          + ", ".join(f"{v.node_id}@{v.endpoints[0][1]}:{v.endpoints[0][2]}" for v in vs.voters))
 
 
 def _props_text(props: dict[str, str]) -> str:

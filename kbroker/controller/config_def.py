@@ -72,7 +72,8 @@ _STATIC: list[tuple] = [
      "The static voters of the metadata quorum (id@host:port,... on their controller listeners); other voters "
      "than this node make it a cluster node (docs/cluster.md).", None, True),
     ("controller.quorum.bootstrap.servers", "list", "", HIGH,
-     "Controllers to contact first when the quorum is dynamic (KIP-853).", None, False),
+     "Controllers (host:port,...) a node asks first when the quorum is dynamic (KIP-853): the voters are then in "
+     "the metadata log, formatted with kbroker-storage format --standalone or --initial-controllers.", None, True),
     ("controller.quorum.election.timeout.ms", "int", "1000", HIGH,
      "How long a voter waits without a leader before it asks for (pre-)votes; randomised up to twice this.",
      (0, None, None), True),

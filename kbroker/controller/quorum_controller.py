@@ -242,8 +242,13 @@ class QuorumController:
         #: committed (``apply_committed``); planning sees the leader's appended, uncommitted writes. A combined
         #: node that is its only voter (the embedded default) is a quorum of one without Raft.
         self.quorum_voters = parse_quorum_voters(config.get("controller.quorum.voters"))
-        self.raft_mode = bool(self.quorum_voters) and (
-            set(self.quorum_voters) != {self.node_id} or "broker" not in config.process_roles)
+        #: ``controller.quorum.bootstrap.servers`` (KIP-853): a dynamic quorum, whose voters are in the metadata
+        #: log (written by ``kbroker-storage format --standalone / --initial-controllers``, then changed by
+        #: AddRaftVoter / RemoveRaftVoter); these are where a node with no voters in its log asks first
+        self.bootstrap_servers = parse_bootstrap_servers(config.get("controller.quorum.bootstrap.servers"))
+        self.raft_mode = (bool(self.quorum_voters) and (
+            set(self.quorum_voters) != {self.node_id} or "broker" not in config.process_roles)) or (
+            not self.quorum_voters and bool(self.bootstrap_servers))
         self._committed: MetadataImage | None = None
         self._active = False
         #: the active controller's view of broker liveness: node id -> last heartbeat (ms, the caller's clock)
@@ -484,13 +489,15 @@ class QuorumController:
             raise MetadataStorageError(f"{path} is damaged ({exc}): restore {self.partition_dir} from a backup, or "
                                        f"(in a cluster) empty it so that this node fetches the metadata again")
 
-    def snapshot_bytes(self, epoch: int, image: MetadataImage | None = None, last_contained_ms: int = -1) -> bytes:
+    def snapshot_bytes(self, epoch: int, image: MetadataImage | None = None, last_contained_ms: int = -1,
+                       voters: Any = None) -> bytes:
         """The committed image (or ``image``) as the content of a snapshot of ``epoch`` (Kafka's format);
-        ``last_contained_ms``: the append time of the last record it holds (default: now)."""
+        ``last_contained_ms``: the append time of the last record it holds (default: now); ``voters``: the voter
+        set in force at the snapshot when the log names one (KIP-853)."""
         img = self.image if image is None else image
         now = self._now_ms()
         return encode_snapshot([encode_metadata_record(r) for r in image_records(img)], epoch,
-                               now if last_contained_ms < 0 else last_contained_ms, now)
+                               now if last_contained_ms < 0 else last_contained_ms, now, voters=voters)
 
     def snapshot_due(self, appended_bytes: int) -> bool:
         """Count ``appended_bytes`` of committed metadata records; True when a snapshot is due:
@@ -1263,6 +1270,19 @@ def parse_quorum_voters(value: str) -> dict[int, tuple[str, int]]:
             raise ValueError(f"Invalid value {item} for controller.quorum.voters: expected id@host:port")
         voters[int(m.group(1))] = (m.group(2), int(m.group(3)))
     return voters
+
+
+def parse_bootstrap_servers(value: str) -> list[tuple[str, int]]:
+    """``controller.quorum.bootstrap.servers`` (``host:port,...``) -> [(host, port)]. Raises ValueError."""
+    out: list[tuple[str, int]] = []
+    for item in (x.strip() for x in value.split(",")):
+        if not item:
+            continue
+        m = re.fullmatch(r"\[?([^\]@]*?)\]?:(\d+)", item)
+        if m is None:
+            raise ValueError(f"Invalid value {item} for controller.quorum.bootstrap.servers: expected host:port")
+        out.append((m.group(1), int(m.group(2))))
+    return out
 
 
 def _chunk(values: list[bytes]) -> list[list[bytes]]:

@@ -61,6 +61,7 @@ __all__ = [
     "SnapshotError",
     "SnapshotStore",
     "decode_snapshot",
+    "decode_snapshot_voters",
     "encode_snapshot",
     "image_records",
     "load_image",
@@ -111,7 +112,8 @@ def parse_snapshot_file_name(name: str) -> tuple[int, int] | None:
 # ------------------------------------------------------------------------------------------ contents
 
 
-def encode_snapshot(values: Sequence[bytes], epoch: int, last_contained_log_timestamp_ms: int, now_ms: int) -> bytes:
+def encode_snapshot(values: Sequence[bytes], epoch: int, last_contained_log_timestamp_ms: int, now_ms: int,
+                    voters: Any = None) -> bytes:
     """The bytes of a snapshot file holding ``values`` (encoded metadata records, see
     :func:`kbroker.controller.records.encode_metadata_record`), in order.
 
@@ -119,7 +121,9 @@ def encode_snapshot(values: Sequence[bytes], epoch: int, last_contained_log_time
     ``last_contained_log_timestamp_ms``, the append time in ms of the record at end offset - 1), the values in
     data batches from offset 1 (null keys; batches split as the controller splits its writes), then a
     SnapshotFooter control batch. Every batch has ``partition_leader_epoch = epoch`` and the timestamp
-    ``now_ms`` (ms since the epoch). Raises ``ValueError`` for a negative ``epoch``.
+    ``now_ms`` (ms since the epoch). With ``voters`` (a :class:`~kbroker.controller.raft.log.VoterSet`: the
+    quorum's voters are in its log, KIP-853) a KRaftVersion and a KRaftVoters control batch follow the header.
+    Raises ``ValueError`` for a negative ``epoch``.
     """
     # Imported here: the controller is expected to import this module, and the chunking rule is its own.
     from kbroker.controller.quorum_controller import _chunk
@@ -130,6 +134,12 @@ def encode_snapshot(values: Sequence[bytes], epoch: int, last_contained_log_time
     out = [build_control_batch(ControlType.SNAPSHOT_HEADER, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, 0, now_ms,
                                base_offset=0, partition_leader_epoch=epoch, value=codec.encode(header, 0))]
     offset = 1
+    if voters is not None:
+        from kbroker.controller.raft.voters_record import kraft_version_batch, voters_batch
+
+        out.append(kraft_version_batch(1, epoch, now_ms))
+        out.append(voters_batch(voters, 2, epoch, now_ms))
+        offset = 3
     if values:
         for chunk in _chunk([bytes(v) for v in values]):
             out.append(build_batch([(None, v, [], now_ms) for v in chunk], base_offset=offset,
@@ -159,6 +169,25 @@ def _check_control_value(cls: type, value: bytes, index: int) -> None:
         codec.decode(cls, value, 0, 0)
     except codec.DecodeError as exc:
         raise SnapshotError(f"snapshot batch {index}: malformed {cls.__name__}: {exc}") from None
+
+
+def decode_snapshot_voters(data: bytes) -> Any:
+    """The voter set a snapshot carries (a :class:`~kbroker.controller.raft.log.VoterSet`), or None when it names
+    none (static voters) or is not in Kafka's format. Only the batches after the header are looked at."""
+    from kbroker.controller.raft.voters_record import batch_voters
+
+    try:
+        batches = split_batches_strict(data)
+    except CorruptRecordError:
+        return None
+    for batch in batches[1:4]:
+        try:
+            found = batch_voters(batch)
+        except (CorruptRecordError, codec.DecodeError):
+            return None
+        if found is not None:
+            return found
+    return None
 
 
 def decode_snapshot(data: bytes) -> list[bytes]:

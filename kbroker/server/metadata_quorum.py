@@ -41,7 +41,10 @@ otherwise) over the ``__cluster_metadata`` log through a :class:`~kbroker.server
   too far behind the leader's log start (a new or wiped node, a long outage) fetches the leader's snapshot
   (FetchSnapshot) and loads it.
 
-Not yet here (issue 9): dynamic voters.
+* **voter changes** (KIP-853): AddRaftVoter / RemoveRaftVoter reach the leader (forwarded from any node) and
+  it appends the new voter set to the log (:meth:`MetadataQuorum.add_voter`, :meth:`MetadataQuorum.remove_voter`);
+  the answer comes once it is committed. The voters and their controller endpoints are then the log's, on every
+  node (``controller.quorum.voters`` is only where a node starts from); a snapshot carries them.
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ import random
 import time
 from typing import TYPE_CHECKING, Any
 
-from kbroker.controller.raft.client import RaftClient, RaftConfig
+from kbroker.controller.raft.client import RaftClient, RaftConfig, VoterChangeError
+from kbroker.controller.raft.log import Voter, VoterSet
 from kbroker.controller.raft.partition_log import PartitionRaftLog
 from kbroker.controller.raft.store import FileElectionStore
 from kbroker.protocol.api_keys import ApiKey
@@ -80,7 +84,14 @@ class MetadataQuorum:
         self.controller = controller
         config = controller.config
         self.node_id = controller.node_id
-        self.voters = dict(controller.quorum_voters)
+        #: ``controller.quorum.voters``: the voters until the log names others
+        self.static_voters = dict(controller.quorum_voters)
+        names = config.get_list("controller.listener.names")
+        self.controller_listener = names[0].upper() if names else "CONTROLLER"
+        #: ``controller.quorum.bootstrap.servers`` under ids -1, -2, ... (where an observer with no voters asks)
+        self.bootstrap = {-(i + 1): hp for i, hp in enumerate(controller.bootstrap_servers)}
+        #: node endpoints learnt from the leader's Fetch answers (NodeEndpoints, KIP-853)
+        self.learned_endpoints: dict[int, tuple[str, int]] = {}
         self.raft_config = RaftConfig(
             election_timeout_ms=config.get_int("controller.quorum.election.timeout.ms"),
             fetch_timeout_ms=config.get_int("controller.quorum.fetch.timeout.ms"),
@@ -109,14 +120,19 @@ class MetadataQuorum:
         """Start the Raft replica (the controller listener must already be bound)."""
         c = self.controller
         loop = asyncio.get_running_loop()
-        raft_log = PartitionRaftLog(c._log, self.node_id, sorted(self.voters), snapshots=c.snapshots)
+        raft_log = PartitionRaftLog(c._log, self.node_id, sorted(self.static_voters), snapshots=c.snapshots)
         store = FileElectionStore(c.partition_dir, cluster_id=c.cluster_id)
         now = int(time.monotonic() * 1000)
         self._applied = c.loaded_snapshot_end
-        self.client = RaftClient(self.node_id, set(self.voters), raft_log, store, random.Random(), now,
-                                 self.raft_config, on_commit=self._on_commit, on_snapshot=self._on_snapshot)
-        self.manager = RaftManager(self.client, c.cluster_id, self.voters,
-                                   request_timeout_ms=self.raft_config.request_timeout_ms)
+        static = VoterSet.of([Voter(i, bytes(16), ((self.controller_listener, h, p),))
+                              for i, (h, p) in self.static_voters.items()])
+        self.client = RaftClient(self.node_id, static, raft_log, store, random.Random(), now,
+                                 self.raft_config, on_commit=self._on_commit, on_snapshot=self._on_snapshot,
+                                 bootstrap=tuple(sorted(self.bootstrap, reverse=True)))
+        self.manager = RaftManager(self.client, c.cluster_id, self.endpoint,
+                                   request_timeout_ms=self.raft_config.request_timeout_ms,
+                                   own_endpoint=self._own_controller_endpoint(),
+                                   learned=self.learned_endpoints)
         c.raft_append = self.manager.append
         c.raft_end_offset = lambda: raft_log.end_offset
         await self.manager.start()
@@ -161,6 +177,82 @@ class MetadataQuorum:
     def leader_id(self) -> int:
         return self.client.leader_id if self.client is not None else -1
 
+    @property
+    def voters(self) -> dict[int, tuple[str, int]]:
+        """The voters in force and the ``(host, port)`` of their controller listener: the log's set (KIP-853),
+        else ``controller.quorum.voters``."""
+        if self.client is None:
+            return dict(self.static_voters)
+        out: dict[int, tuple[str, int]] = {}
+        for v in self.client.voter_set.voters:
+            eps = [e for e in v.endpoints if e[0].upper() == self.controller_listener] or list(v.endpoints)
+            if eps:
+                out[v.node_id] = (eps[0][1], eps[0][2])
+            elif v.node_id in self.static_voters:
+                out[v.node_id] = self.static_voters[v.node_id]
+        return out
+
+    def endpoint(self, node_id: int) -> tuple[str, int] | None:
+        """The controller listener of ``node_id``: a voter's, a bootstrap server's (negative ids) or one the leader
+        named in a Fetch answer."""
+        return self.voters.get(node_id) or self.bootstrap.get(node_id) or self.learned_endpoints.get(node_id)
+
+    def _own_controller_endpoint(self) -> tuple[str, int] | None:
+        c = self.controller
+        for e in c.config.listeners:
+            if e.name.upper() == self.controller_listener:
+                host = e.host or "localhost"
+                return host, e.port
+        return None
+
+    def voter_directory_id(self, node_id: int) -> bytes:
+        v = self.client.voter_set.get(node_id) if self.client is not None else None
+        return v.directory_id if v is not None else bytes(16)
+
+    # ------------------------------------------------------------------ voter changes (KIP-853)
+    async def add_voter(self, voter_id: int, directory_id: bytes, listeners: list[tuple[str, str, int]],
+                        timeout_s: float, wait_commit: bool = True) -> None:
+        """On the leader: make observer ``voter_id`` a voter and wait until that is committed (or only appended,
+        without ``wait_commit``: AddRaftVoter v1 ``ack_when_committed`` false). Raises
+        ``KafkaError``: NOT_LEADER_OR_FOLLOWER, DUPLICATE_VOTER, REQUEST_TIMED_OUT (another change pending, or the
+        node has not caught up, or no commit in time), INVALID_REQUEST (no listener)."""
+        if not listeners:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "the new voter names no listener")
+        await self._change_voters(lambda cl, now: cl.add_voter(Voter(voter_id, directory_id, tuple(listeners)), now),
+                                  timeout_s, wait_commit)
+
+    async def remove_voter(self, voter_id: int, directory_id: bytes, timeout_s: float) -> None:
+        """On the leader: remove voter ``voter_id`` (whose directory id must match when it is recorded) and wait
+        until that is committed. Raises ``KafkaError``: NOT_LEADER_OR_FOLLOWER, VOTER_NOT_FOUND, REQUEST_TIMED_OUT,
+        INVALID_REQUEST (the last voter, or the leader of two)."""
+        await self._change_voters(lambda cl, now: cl.remove_voter(voter_id, directory_id if any(directory_id)
+                                                                    else None, now), timeout_s)
+
+    async def _change_voters(self, change: Any, timeout_s: float, wait_commit: bool = True) -> None:
+        cl = self.client
+        if cl is None or self.manager is None or not cl.is_leader:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"node {self.node_id} is not the quorum's leader")
+        deadline = time.monotonic() + timeout_s
+        while True:  # a change right after the previous one (or the election) waits for that to commit
+            try:
+                offset = change(cl, int(time.monotonic() * 1000))
+                break
+            except VoterChangeError as exc:
+                if exc.error != "REQUEST_TIMED_OUT" or time.monotonic() >= deadline:
+                    raise KafkaError(ErrorCode[exc.error], str(exc)) from None
+            await asyncio.sleep(0.05)
+        self.manager.changed()
+        if not wait_commit:
+            return
+        epoch = cl.epoch
+        while cl.high_watermark <= offset:
+            if not cl.is_leader or cl.epoch != epoch:  # the next leader may still commit it: describe the quorum
+                raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "leadership changed before the voter change "
+                                                                   "was committed")
+            if time.monotonic() >= deadline:
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the voter change was not committed in time")
+            await asyncio.sleep(0.02)
+
     # ------------------------------------------------------------------ commit
     def _on_commit(self, high_watermark: int) -> None:
         assert self.client is not None
@@ -191,7 +283,8 @@ class MetadataQuorum:
             return
         try:
             epoch = cl.log.epoch_at(self._applied - 1)
-            snap = cl.create_snapshot(self._applied, c.snapshot_bytes(epoch, last_contained_ms=last_contained_ms))
+            snap = cl.create_snapshot(self._applied, c.snapshot_bytes(epoch, last_contained_ms=last_contained_ms,
+                                                                      voters=cl.log.voters_at(self._applied)))
             c.snapshot_written()
             log.info("metadata snapshot %s written (end offset %d, epoch %d)", c.snapshots.path(snap).name
                      if c.snapshots else "", *snap)
@@ -278,9 +371,10 @@ class MetadataQuorum:
         combined or controller-only (``listener``: where the request came in, for the log). Raises
         ``KafkaError(NOT_CONTROLLER)`` when no active controller is known or reachable (the client retries)."""
         leader = self.leader_id
-        if leader < 0 or leader == self.node_id or leader not in self.voters:
+        ep = self.endpoint(leader) if leader >= 0 and leader != self.node_id else None
+        if ep is None:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no active controller to forward to")
-        host, port = self.voters[leader]
+        host, port = ep
         ch = self._channel(leader, host, port, f"{FORWARDED_PREFIX}{self.node_id}")
         try:
             return await ch.request(api_key, version, request, self.request_timeout_s * 2)
@@ -327,7 +421,7 @@ class MetadataQuorum:
             return block
         leader = self.leader_id
         reg = c.image.brokers.get(self.node_id)
-        if leader < 0 or leader not in self.voters or reg is None:
+        if leader < 0 or self.endpoint(leader) is None or reg is None:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no active controller to allocate producer ids")
         try:
             resp = await self._controller_channel(leader).request(ApiKey.ALLOCATE_PRODUCER_IDS, 0, AllocateProducerIdsRequest(
@@ -357,7 +451,10 @@ class MetadataQuorum:
 
     def _controller_channel(self, leader: int) -> NodeChannel:
         """To a voter's controller listener (``controller.quorum.voters``)."""
-        host, port = self.voters[leader]
+        ep = self.endpoint(leader)
+        if ep is None:
+            raise NodeRequestError(f"no controller listener known for node {leader}")
+        host, port = ep
         return self._channel(leader, host, port, f"kbroker-{self.node_id}")
 
     async def _register(self, endpoints: list[Any]) -> None:
@@ -375,7 +472,7 @@ class MetadataQuorum:
                 elif c.is_active:
                     c.register_broker(endpoints)
                     await self.wait_committed()
-                elif leader >= 0 and leader in self.voters:
+                elif leader >= 0 and self.endpoint(leader) is not None:
                     req = BrokerRegistrationRequest(
                         broker_id=self.node_id, cluster_id=c.cluster_id, incarnation_id=c.incarnation_id,
                         listeners=[BrokerRegistrationRequest.Listener(
@@ -415,7 +512,7 @@ class MetadataQuorum:
             try:
                 if c.is_active or self._shutting_down:
                     continue  # the active controller's liveness is its leadership
-                if leader < 0 or leader not in self.voters:
+                if leader < 0 or self.endpoint(leader) is None:
                     continue
                 req = BrokerHeartbeatRequest(broker_id=self.node_id, broker_epoch=reg.broker_epoch,
                                              current_metadata_offset=c.image.offset)
@@ -447,7 +544,7 @@ class MetadataQuorum:
                     if c.controlled_shutdown(self.node_id, reg.broker_epoch):
                         await self.wait_committed()
                     return True
-                if leader >= 0 and leader in self.voters:
+                if leader >= 0 and self.endpoint(leader) is not None:
                     req = BrokerHeartbeatRequest(broker_id=self.node_id, broker_epoch=reg.broker_epoch,
                                                  current_metadata_offset=c.image.offset, want_shut_down=True)
                     left = max(0.1, deadline - time.monotonic())

@@ -10,7 +10,9 @@ The state machine does no I/O; this driver gives it time, a network and a way to
 * a Fetch that would come back empty is parked for up to ``fetch_max_wait_ms`` until the leader's log or high
   watermark moves (long polling, as Kafka's leader does), so idle followers do not spin.
 
-The interface is narrow on purpose: peers are ``node id -> (host, port)``, and whoever owns the manager
+The interface is narrow on purpose: peers are ``node id -> (host, port)`` (a mapping, or a function for voter
+sets that change, KIP-853: channels are opened on first use and re-opened when a node's address changes), and
+whoever owns the manager
 (the controller) learns of commits through ``on_commit`` of the state machine and appends with
 :meth:`RaftManager.append`.
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Union
 
 from kbroker.controller.raft import messages as rm
 from kbroker.controller.raft import wire
@@ -46,20 +48,30 @@ def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
-class RaftManager:
-    """Drives one :class:`RaftClient`. ``peers`` maps every other voter (and, for observers, the voters) to
-    the ``(host, port)`` of its controller listener."""
+Peers = Union[Mapping[int, tuple[str, int]], Callable[[int], "tuple[str, int] | None"]]
 
-    def __init__(self, client: RaftClient, cluster_id: str, peers: Mapping[int, tuple[str, int]], *,
+
+class RaftManager:
+    """Drives one :class:`RaftClient`. ``peers`` gives the ``(host, port)`` of every other voter's (and, for an
+    observer, the voters' or bootstrap servers') controller listener: a mapping, or a function of the node id."""
+
+    def __init__(self, client: RaftClient, cluster_id: str, peers: Peers, *,
                  clock_ms: Callable[[], int] = monotonic_ms, request_timeout_ms: int = 2000,
-                 fetch_max_wait_ms: int = 500) -> None:
+                 fetch_max_wait_ms: int = 500, own_endpoint: tuple[str, int] | None = None,
+                 learned: dict[int, tuple[str, int]] | None = None) -> None:
         self.client = client
         self.cluster_id = cluster_id
         self.clock_ms = clock_ms
         self.request_timeout_ms = request_timeout_ms
         self.fetch_max_wait_ms = fetch_max_wait_ms
-        self.channels = {nid: NodeChannel(nid, host, port, f"kbroker-raft-{client.node_id}")
-                         for nid, (host, port) in peers.items() if nid != client.node_id}
+        self.endpoint_of: Callable[[int], tuple[str, int] | None] = (
+            peers if callable(peers) else (lambda nid, m=dict(peers): m.get(nid)))  # type: ignore[misc]
+        self.channels: dict[int, NodeChannel] = {}
+        #: this node's controller listener, named in Fetch answers when it leads (NodeEndpoints, KIP-853)
+        self.own_endpoint = own_endpoint
+        #: endpoints named in the Fetch answers this node got: how an observer that knows no voter (it asked a
+        #: bootstrap server) reaches the leader
+        self.learned = learned if learned is not None else {}
         self._wake = asyncio.Event()
         self._changed: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -91,7 +103,27 @@ class RaftManager:
             await ch.close()
         self._notify_change()
 
+    def _channel(self, node_id: int) -> NodeChannel | None:
+        if node_id == self.client.node_id:
+            return None
+        ep = self.endpoint_of(node_id) or self.learned.get(node_id)
+        if ep is None:
+            return None
+        ch = self.channels.get(node_id)
+        if ch is not None and (ch.host, ch.port) != ep:
+            old = ch
+            asyncio.get_running_loop().create_task(old.close())
+            ch = None
+        if ch is None:
+            ch = self.channels[node_id] = NodeChannel(node_id, ep[0], ep[1], f"kbroker-raft-{self.client.node_id}")
+        return ch
+
     # ------------------------------------------------------------------ leader API
+    def changed(self) -> None:
+        """The owner changed the state machine directly (a voter change): send what it has to send, now."""
+        self._notify_change()
+        self._wake.set()
+
     def append(self, records: list[bytes]) -> int:
         """Append records as one batch (leader only; raises ``NotLeaderError``); returns the last offset."""
         last = self.client.append(records, self.clock_ms())
@@ -130,13 +162,25 @@ class RaftManager:
             if (not isinstance(resp, rm.FetchResponse) or resp.entries or resp.error != "NONE"
                     or resp.diverging_epoch >= 0 or self.clock_ms() >= deadline
                     or resp.high_watermark < self.client.high_watermark):
-                return wire.encode_response(resp)
+                return self._with_leader_endpoint(wire.encode_response(resp))
             try:  # long poll: wait for the log or the high watermark to move
                 await asyncio.wait_for(asyncio.shield(changed), (deadline - self.clock_ms()) / 1000)
             except asyncio.TimeoutError:
                 pass
             if self._stopping:
-                return wire.encode_response(resp)
+                return self._with_leader_endpoint(wire.encode_response(resp))
+
+    def _with_leader_endpoint(self, resp: Any) -> Any:
+        """Name the leader's controller listener in a Fetch / FetchSnapshot answer (v17+ / v1+ NodeEndpoints)."""
+        if not isinstance(resp, (FetchResponse, FetchSnapshotResponse)):
+            return resp
+        leader = self.client.leader_id
+        ep = self.own_endpoint if leader == self.client.node_id else (
+            self.endpoint_of(leader) if leader >= 0 else None)
+        if ep is not None:
+            cls = type(resp).NodeEndpoint
+            resp.node_endpoints = [cls(node_id=leader, host=ep[0], port=ep[1])]
+        return resp
 
     def _take_response(self, req: Any) -> Any:
         want = _RESPONSE_TYPES[type(req)]
@@ -183,7 +227,7 @@ class RaftManager:
             if isinstance(msg, (rm.VoteResponse, rm.BeginQuorumEpochResponse, rm.FetchResponse,
                                 rm.FetchSnapshotResponse)):
                 continue  # answers to requests that were handled elsewhere and already returned
-            channel = self.channels.get(dst)
+            channel = self._channel(dst)
             if channel is None:
                 continue
             task = asyncio.get_running_loop().create_task(self._send(channel, msg))
@@ -202,6 +246,9 @@ class RaftManager:
                 self.client.peer_gone(channel.node_id, self.clock_ms())
                 self._wake.set()
             return
+        for ne in getattr(resp, "node_endpoints", None) or ():
+            if ne.node_id >= 0 and ne.node_id != self.client.node_id:
+                self.learned[ne.node_id] = (ne.host, ne.port)
         back = wire.decode_response(resp, msg, channel.node_id)
         if back is None:
             return

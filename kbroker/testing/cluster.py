@@ -16,6 +16,12 @@ its own :class:`~kbroker.testing.proxy.TcpProxy` (one per direction of each link
         cluster.kill(cluster.controller_id())
         cluster.restart(5)
 
+With ``dynamic_quorum=True`` (and ``brokers``) the quorum is dynamic (KIP-853): no ``controller.quorum.voters``,
+every node has ``controller.quorum.bootstrap.servers`` naming the first controllers; controller 1 is formatted with
+``kbroker-storage format --standalone`` (the only voter); the other controllers are formatted with
+``--no-initial-controllers`` and follow as observers until :meth:`KbrokerCluster.add_voter` (``kbroker-metadata-quorum
+add-controller``) makes them voters.
+
 Every wait is bounded (``timeout`` seconds) and raises on expiry.
 """
 
@@ -69,7 +75,11 @@ class KbrokerCluster:
 
     def __init__(self, root: str | os.PathLike[str], nodes: int = 3, overrides: Mapping[str, Any] | None = None,
                  host: str = "127.0.0.1", start_timeout: float = 90.0, brokers: int = 0,
-                 link_proxies: bool = False) -> None:
+                 link_proxies: bool = False, dynamic_quorum: bool = False) -> None:
+        if dynamic_quorum and (not brokers or link_proxies):
+            raise ValueError("dynamic_quorum needs separate brokers and no link proxies")
+        self.dynamic_quorum = dynamic_quorum
+        self._formatted = False
         self.root = Path(root)
         self.host = host
         self.cluster_id = _cluster_id()
@@ -86,7 +96,12 @@ class KbrokerCluster:
         voters = ",".join(f"{i}@{host}:{p}" for i, p in self.controller_ports.items())
         common = {"controller.listener.names": "CONTROLLER", "controller.quorum.voters": voters,
                   "cluster.id": self.cluster_id}
+        if dynamic_quorum:
+            common = {"controller.listener.names": "CONTROLLER", "cluster.id": self.cluster_id,
+                      "controller.quorum.bootstrap.servers": ",".join(f"{host}:{p}"
+                                                                      for p in self.controller_ports.values())}
         extra = {str(k): str(v) for k, v in (overrides or {}).items()}
+        self._common = {**common, **extra}
         self.nodes: dict[int, KbrokerProcess] = {}
         for i in ids:
             if brokers:
@@ -122,6 +137,10 @@ class KbrokerCluster:
         """Start every node at once (none can serve before a majority runs) and wait for each."""
         if self.link_proxies:
             self._start_links()
+        if self.dynamic_quorum and not self._formatted:
+            for i in self.controller_ids:
+                self.format(i, "--standalone" if i == self.controller_ids[0] else "--no-initial-controllers")
+            self._formatted = True
         for n in self.nodes.values():
             n._spawn()
         for n in self.nodes.values():
@@ -146,6 +165,59 @@ class KbrokerCluster:
                 return
             time.sleep(0.1)
         raise TimeoutError(f"brokers {sorted(want)} not all registered within the timeout (each saw {seen})")
+
+    def properties_file(self, node_id: int) -> Path:
+        """Every property of node ``node_id`` (its config file plus the overrides) in one file, as
+        ``kbroker-storage --config`` and ``kbroker-metadata-quorum --command-config`` take it."""
+        node = self.nodes[node_id]
+        path = self.root / f"node{node_id}.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in {**node.base_properties(), **node.overrides}.items()))
+        return path
+
+    def format(self, node_id: int, *flags: str) -> str:
+        """``kbroker-storage format`` for node ``node_id`` with this cluster's id; returns its output."""
+        import subprocess
+        import sys
+
+        out = subprocess.run([sys.executable, "-m", "kbroker.cli.storage", "format", "-t", self.cluster_id, "-c",
+                              str(self.properties_file(node_id)), *flags], capture_output=True, text=True,
+                             timeout=60)
+        if out.returncode != 0:
+            raise RuntimeError(f"kbroker-storage format of node {node_id} failed: {out.stderr.strip()}")
+        return out.stdout
+
+    def add_voter(self, node_id: int, via: int | None = None) -> str:
+        """``kbroker-metadata-quorum add-controller`` for controller ``node_id`` (through controller ``via``, by
+        default the first running one); returns its output. Raises RuntimeError when the tool fails."""
+        import subprocess
+        import sys
+
+        via = via if via is not None else next(i for i in self.controller_ids if self.nodes[i].is_running())
+        out = subprocess.run([sys.executable, "-m", "kbroker.cli.metadata_quorum", "--command-config",
+                              str(self.properties_file(node_id)), "--bootstrap-controller",
+                              self.nodes[via].bootstrap, "add-controller"], capture_output=True, text=True,
+                             timeout=60)
+        if out.returncode != 0:
+            raise RuntimeError(f"add-controller {node_id} failed: {out.stderr.strip()}")
+        return out.stdout
+
+    def add_controller(self, node_id: int) -> KbrokerProcess:
+        """Start a new controller-only node ``node_id`` that knows the cluster's first voters
+        (``controller.quorum.voters``) but is not one: it follows the metadata log as an observer until
+        ``kbroker-metadata-quorum add-controller`` makes it a voter (KIP-853). Returns the running process; its
+        ``config_path`` is what ``--command-config`` takes."""
+        if node_id in self.nodes:
+            raise ValueError(f"node {node_id} exists")
+        port = free_port(self.host)
+        self.controller_ports[node_id] = port
+        node = ControllerProcess(self.root / f"controller{node_id}", port=port, node_id=node_id,
+                                 overrides=dict(self._common), host=self.host, start_timeout=self.start_timeout)
+        self.nodes[node_id] = node
+        self.controller_ids.append(node_id)
+        if self.dynamic_quorum:
+            self.format(node_id, "--no-initial-controllers")
+        node.start()
+        return node
 
     def restart(self, node_id: int) -> None:
         n = self.nodes[node_id]

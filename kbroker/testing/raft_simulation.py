@@ -18,6 +18,9 @@ After every event the invariants are checked (as Kafka's ``RaftEventSimulationTe
   every ``snapshot_every`` committed offsets and often drops its log below the snapshot; a snapshot a replica
   writes, and one it fetches from the leader to catch up (FetchSnapshot), must equal the committed entries below
   its end offset; a replica restarts from its snapshot and the rest of its log;
+* **voter changes** (KIP-853): every ``voter_change_every_ms`` the leader is asked to add an observer as a voter
+  or to remove a voter (one change at a time, refused while one is pending); every invariant above holds across
+  them, and liveness is checked against the voter set in force at the end;
 * **liveness** (at the end): once the network heals and every replica is up, a leader is elected and a new
   entry is committed on every voter within a bounded time.
 """
@@ -30,10 +33,10 @@ import random
 import sys
 from dataclasses import dataclass, field
 
-from kbroker.controller.raft.client import MemoryElectionStore, RaftClient, RaftConfig
 from typing import Callable
 
-from kbroker.controller.raft.log import LogEntry, MemoryRaftLog, RaftLog
+from kbroker.controller.raft.client import MemoryElectionStore, RaftClient, RaftConfig, VoterChangeError
+from kbroker.controller.raft.log import LogEntry, MemoryRaftLog, RaftLog, Voter
 from kbroker.controller.raft.states import QuorumStateName
 
 
@@ -61,6 +64,8 @@ class SimConfig:
     snapshot_every: int = 100
     """A replica snapshots once its high watermark is this many offsets past its latest snapshot; 0: never."""
     delete_before_snapshot_rate: float = 0.7
+    voter_change_every_ms: int = 3_000
+    """Mean time between requests to add or remove a voter (exponential); 0: the voters never change."""
     """How often a replica drops its log below a new snapshot (so lagging replicas must fetch the snapshot)."""
     raft: RaftConfig = field(default_factory=lambda: RaftConfig(election_timeout_ms=300, fetch_timeout_ms=600,
                                                                 election_backoff_max_ms=300,
@@ -80,6 +85,7 @@ class SimResult:
     partitions: int
     snapshots_written: int = 0
     snapshots_fetched: int = 0
+    voter_changes: int = 0
 
 
 class _Node:
@@ -124,6 +130,7 @@ class Simulation:
         self.partitions = 0
         self.snapshots_written = 0
         self.snapshots_fetched = 0
+        self.voter_changes = 0
         self.faults = True
 
     # ------------------------------------------------------------------ events
@@ -189,6 +196,13 @@ class Simulation:
                 if t >= c.duration_ms:
                     break
                 self._push(t, "partition", self.rng.randint(*c.partition_ms))
+        if c.voter_change_every_ms and len(self.nodes) > 1:
+            t = 0
+            while True:
+                t += int(self.rng.expovariate(1 / c.voter_change_every_ms))
+                if t >= c.duration_ms:
+                    break
+                self._push(t, "voters", self.rng.random(), self.rng.choice(sorted(self.nodes)))
         t = 0
         while t < c.duration_ms + c.settle_ms:
             t += self.rng.randint(1, 2 * c.append_every_ms)
@@ -224,7 +238,8 @@ class Simulation:
                     self._poll(leader)
         self._check_liveness(marker_offset)
         return SimResult(self.seed, self.events, dict(self.leaders), self.committed_end, self.appended,
-                         self.crashes, self.partitions, self.snapshots_written, self.snapshots_fetched)
+                         self.crashes, self.partitions, self.snapshots_written, self.snapshots_fetched,
+                         self.voter_changes)
 
     # ------------------------------------------------------------------ snapshots
     @staticmethod
@@ -253,18 +268,30 @@ class Simulation:
         base = b""
         if start > 0:
             start_snap = next(i for i in node.log.snapshot_ids() if i[0] == start)  # type: ignore[attr-defined]
-            base = node.log.read_snapshot(start_snap, 0, 1 << 30)
+            base = self._payload(node, start_snap)
         data = base + self._render([e for e in node.log.read(start, 1 << 30) if e.next_offset <= hw])
         if data != self._committed_prefix(hw):
             self._fail(f"node {node.id} would snapshot a state at {hw} that is not the committed prefix")
+        if not isinstance(node.log, MemoryRaftLog):  # on disk: Kafka's format, with the voters in force
+            from kbroker.controller.snapshot import encode_snapshot
+
+            data = encode_snapshot([data], node.log.epoch_at(hw - 1), 0, 0, voters=node.log.voters_at(hw))
         client.create_snapshot(hw, data)
         self.snapshots_written += 1
         if self.rng.random() < self.cfg.delete_before_snapshot_rate:
             client.delete_before_snapshot()
 
+    @staticmethod
+    def _payload(node: _Node, snap: tuple[int, int]) -> bytes:
+        if isinstance(node.log, MemoryRaftLog):
+            return node.log.snapshot_payload(snap)
+        from kbroker.controller.snapshot import decode_snapshot
+
+        return b"".join(decode_snapshot(node.log.read_snapshot(snap, 0, 1 << 30)))
+
     def _snapshot_fetched(self, node: _Node, snap: tuple[int, int]) -> None:
         self.snapshots_fetched += 1
-        data = node.log.read_snapshot(snap, 0, 1 << 30)
+        data = self._payload(node, snap)
         if data != self._committed_prefix(snap[0]):
             self._fail(f"node {node.id} fetched snapshot {snap} that is not the committed prefix")
         node.verified = max(node.verified, snap[0])
@@ -300,6 +327,27 @@ class Simulation:
                 leader.client.append([f"{self.seed}-{self.appended + i}".encode() for i in range(n)], self.now)
                 self.appended += n
                 self._poll(leader)
+        elif kind == "voters":
+            leader = self._leader()
+            if leader is None or leader.client is None:
+                return
+            roll, node_id = data
+            voters = leader.client.voters
+            try:
+                if node_id not in voters and (roll < 0.5 or len(voters) <= 1):
+                    leader.client.add_voter(Voter(node_id), self.now)
+                elif node_id in voters and len(voters) > 1:
+                    leader.client.remove_voter(node_id, None, self.now)
+                else:
+                    return
+            except VoterChangeError as exc:
+                if self.verbose:
+                    print(f"{self.now:>7} voter change of node {node_id} refused: {exc.error} {exc}")
+                return
+            self.voter_changes += 1
+            if self.verbose:
+                print(f"{self.now:>7} leader {leader.id}: voters -> {sorted(leader.client.voters)}")
+            self._poll(leader)
         elif kind == "crash":
             node_id, down = data
             if node_id == -1:
@@ -399,8 +447,10 @@ class Simulation:
     def _check_liveness(self, marker_offset: int | None) -> None:
         if marker_offset is None:
             self._fail("no leader after the network healed")
+        leader = self._leader()
+        voters = leader.client.voters if leader is not None and leader.client is not None else self.voter_ids
         for node in self.nodes.values():
-            if node.id not in self.voter_ids:
+            if node.id not in voters:
                 continue
             if node.client is None or node.client.high_watermark <= marker_offset:
                 hw = None if node.client is None else node.client.high_watermark
@@ -423,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [args.seed] if args.seed is not None else range(args.first_seed, args.first_seed + args.seeds)
     failures = 0
     totals = {"events": 0, "committed": 0, "crashes": 0, "partitions": 0, "epochs": 0, "snapshots written": 0,
-              "snapshots fetched": 0}
+              "snapshots fetched": 0, "voter changes": 0}
     for seed in seeds:
         cfg = SimConfig(voters=args.voters, observers=args.observers, duration_ms=args.duration_ms,
                         crash_every_ms=args.crash_every_ms, partition_every_ms=args.partition_every_ms)
@@ -440,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
         totals["epochs"] += len(r.leaders)
         totals["snapshots written"] += r.snapshots_written
         totals["snapshots fetched"] += r.snapshots_fetched
+        totals["voter changes"] += r.voter_changes
     print(f"{len(seeds)} seeds, {failures} failed; " + ", ".join(f"{k} {v}" for k, v in totals.items()))
     return 1 if failures else 0
 

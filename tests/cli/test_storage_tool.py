@@ -111,3 +111,51 @@ def test_initial_controllers_must_match_the_static_voters(tmp_path, run):
     status, out, err = run(storage.main, "format", "-t", "MkU3OEVBNTcwNTJENDM2Qg", "-c", cfg,
                            "--initial-controllers", "1@a:9093:x,2@b:9095:y,3@c:9097:z")
     assert status == 0, err
+
+
+def _bootstrap_voters(meta: Path):
+    from kbroker.controller.snapshot import SnapshotStore, decode_snapshot, decode_snapshot_voters
+
+    store = SnapshotStore(meta / "__cluster_metadata-0")
+    assert store.ids() == [(0, 0)]
+    data = store.read((0, 0))
+    assert decode_snapshot(data) == []  # no metadata yet: the voters only
+    return decode_snapshot_voters(data)
+
+
+def test_format_standalone_writes_the_bootstrap_voters_of_a_dynamic_quorum(tmp_path, run):
+    cfg = write_config(tmp_path, **{"process.roles": "controller", "listeners": "CONTROLLER://127.0.0.1:9093",
+                                    "controller.listener.names": "CONTROLLER",
+                                    "controller.quorum.bootstrap.servers": "127.0.0.1:9093"})
+    status, out, err = run(storage.main, "format", "-t", "MkU3OEVBNTcwNTJENDM2Qg", "-c", cfg, "--standalone")
+    assert status == 0, err
+    assert "Bootstrap voters of the metadata quorum: 3@127.0.0.1:9093" in out
+    vs = _bootstrap_voters(tmp_path / "meta")
+    own = uuid_from_str(read_meta_properties(tmp_path / "meta")["directory.id"])
+    assert [(v.node_id, v.directory_id, v.endpoints) for v in vs.voters] == [
+        (3, own, (("CONTROLLER", "127.0.0.1", 9093),))]
+
+
+def test_format_initial_controllers_gives_this_node_its_directory_id(tmp_path, run):
+    cfg = write_config(tmp_path, **{"process.roles": "controller", "listeners": "CONTROLLER://127.0.0.1:9093",
+                                    "controller.listener.names": "CONTROLLER",
+                                    "controller.quorum.bootstrap.servers": "127.0.0.1:9093,127.0.0.1:9094"})
+    voters = "3@127.0.0.1:9093:4znU-ou9Taa06bmEJxsjnw,4@127.0.0.1:9094:MvDxzVmcRsaTz33bUuRU6A"
+    status, _, err = run(storage.main, "format", "-t", "MkU3OEVBNTcwNTJENDM2Qg", "-c", cfg, "--initial-controllers",
+                         voters)
+    assert status == 0, err
+    assert read_meta_properties(tmp_path / "meta")["directory.id"] == "4znU-ou9Taa06bmEJxsjnw"
+    assert sorted(_bootstrap_voters(tmp_path / "meta").ids) == [3, 4]
+    for bad, why in [("4@h:9094:MvDxzVmcRsaTz33bUuRU6A", "does not name this node"),
+                     ("3@h:9093", "expected id@host:port:directory-id")]:
+        d = tmp_path / bad.replace(":", "_").replace("@", "_")
+        d.mkdir()
+        cfg2 = write_config(d, **{"process.roles": "controller", "listeners": "CONTROLLER://127.0.0.1:9093",
+                                  "controller.listener.names": "CONTROLLER",
+                                  "controller.quorum.bootstrap.servers": "127.0.0.1:9093"})
+        status, _, err = run(storage.main, "format", "-t", "MkU3OEVBNTcwNTJENDM2Qg", "-c", cfg2,
+                             "--initial-controllers", bad)
+        assert status == 1 and why in err, err
+    status, _, err = run(storage.main, "format", "-t", "MkU3OEVBNTcwNTJENDM2Qg", "-c", cfg, "--standalone",
+                         "--no-initial-controllers", "-g")
+    assert status == 1 and "Only one of" in err

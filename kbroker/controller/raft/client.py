@@ -30,6 +30,12 @@ The protocol (KIP-595, with pre-vote from KIP-996 and check-quorum):
   is answered with the leader's latest snapshot id; it fetches the snapshot in chunks with FetchSnapshot,
   replaces its log by it (``install_snapshot``), tells the owner (``on_snapshot``) and fetches on from the
   snapshot's end offset.
+* **Voter changes** (KIP-853). The voter set is the one the log names last (a :class:`VoterSet` entry), else the
+  static one given at construction. The leader adds a caught-up observer (:meth:`RaftClient.add_voter`) or
+  removes a voter (:meth:`RaftClient.remove_voter`) by appending the new set, one change at a time and only once
+  it has committed an entry of its own epoch (the single-server change rule of Raft, with the fix for its
+  known election bug); every replica uses a set from the moment it is in its log. A leader that removed itself
+  leads until the change is committed, then resigns.
 * **Leaving.** A leader resigns (graceful shutdown, or a majority has not fetched for 1.5 x fetch timeout:
   check-quorum) and sends EndQuorumEpoch naming its preferred successors, most caught-up first; the first one
   starts its election at once.
@@ -45,7 +51,7 @@ import random
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from kbroker.controller.raft.log import LogEntry, RaftLog
+from kbroker.controller.raft.log import LogEntry, RaftLog, Voter, VoterSet
 from kbroker.controller.raft.messages import (
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
@@ -120,6 +126,16 @@ class NotLeaderError(RuntimeError):
     """:meth:`RaftClient.append` on a replica that is not the leader (Kafka: ``NOT_CONTROLLER``)."""
 
 
+class VoterChangeError(RuntimeError):
+    """A voter change the leader refuses: ``error`` is the Kafka error name (``NOT_LEADER_OR_FOLLOWER``,
+    ``DUPLICATE_VOTER``, ``VOTER_NOT_FOUND``, ``REQUEST_TIMED_OUT`` while another change or the leader's own first
+    commit is pending or the new voter has not caught up, ``INVALID_REQUEST`` to remove the last voter)."""
+
+    def __init__(self, error: str, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
 class RaftClient:
     """One replica of the metadata log: a voter when ``node_id`` is in ``voters``, otherwise an observer.
 
@@ -129,12 +145,17 @@ class RaftClient:
     applies entries from its end offset on).
     """
 
-    def __init__(self, node_id: int, voters: frozenset[int] | set[int], raft_log: RaftLog, store: ElectionStore,
-                 rng: random.Random, now: int, config: RaftConfig | None = None,
+    def __init__(self, node_id: int, voters: frozenset[int] | set[int] | VoterSet, raft_log: RaftLog,
+                 store: ElectionStore, rng: random.Random, now: int, config: RaftConfig | None = None,
                  on_commit: Callable[[int], None] | None = None,
-                 on_snapshot: Callable[[tuple[int, int]], None] | None = None) -> None:
+                 on_snapshot: Callable[[tuple[int, int]], None] | None = None,
+                 bootstrap: tuple[int, ...] = ()) -> None:
         self.node_id = node_id
-        self.voters = frozenset(voters)
+        self.static_voters = voters if isinstance(voters, VoterSet) else VoterSet.of([Voter(v) for v in voters])
+        """The voters until the log names others (``controller.quorum.voters``)."""
+        self.bootstrap = bootstrap
+        """Where an observer that knows no voter fetches first (``controller.quorum.bootstrap.servers``: ids the
+        owner maps to addresses, negative by convention)."""
         self.log = raft_log
         self.store = store
         self.rng = rng
@@ -162,6 +183,15 @@ class RaftClient:
             self._election_deadline = now + (0 if self.voters == {node_id} else self._election_timeout())
 
     # ------------------------------------------------------------------ public API
+    @property
+    def voter_set(self) -> VoterSet:
+        """The voters in force: the last set the log names, else the static one."""
+        return self.log.voters() or self.static_voters
+
+    @property
+    def voters(self) -> frozenset[int]:
+        return self.voter_set.ids
+
     @property
     def is_voter(self) -> bool:
         return self.node_id in self.voters
@@ -206,6 +236,53 @@ class RaftClient:
             return False
         return self.log.delete_before_snapshot(latest)
 
+    def add_voter(self, voter: Voter, now: int) -> int:
+        """Leader: make ``voter`` (an observer that has caught up) a voter -> the offset of the new voter set in the
+        log; the change is done once the high watermark passes it. Raises :class:`VoterChangeError`."""
+        self._check_voter_change_allowed()
+        if voter.node_id in self.voters:
+            raise VoterChangeError("DUPLICATE_VOTER", f"node {voter.node_id} is already a voter")
+        r = self._replicas.get(voter.node_id)
+        if r is None or now - r.last_fetch_ms >= self.cfg.fetch_timeout_ms or r.end_offset < self.high_watermark:
+            raise VoterChangeError("REQUEST_TIMED_OUT", f"node {voter.node_id} has not caught up with the leader "
+                                                        f"(it must fetch from the leader up to its high watermark)")
+        return self._append_voters(self.voter_set.with_voter(voter), now)
+
+    def remove_voter(self, node_id: int, directory_id: bytes | None, now: int) -> int:
+        """Leader: remove voter ``node_id`` (with ``directory_id``, when given, as recorded) -> the offset of the new
+        voter set; a leader that removes itself resigns once that is committed. Raises :class:`VoterChangeError`."""
+        self._check_voter_change_allowed()
+        current = self.voter_set.get(node_id)
+        if current is None or (directory_id is not None and current.directory_id != directory_id
+                               and any(current.directory_id)):
+            raise VoterChangeError("VOTER_NOT_FOUND", f"node {node_id} is not a voter")
+        if len(self.voters) == 1:
+            raise VoterChangeError("INVALID_REQUEST", "the last voter cannot be removed")
+        if node_id == self.node_id and len(self.voters) == 2:
+            # if this leader failed before the other voter fetched the change, that voter (still counting this
+            # one) could never be elected: this replica, ahead of it, would refuse its vote and not campaign
+            raise VoterChangeError("INVALID_REQUEST", "the leader of a quorum of two cannot remove itself: remove "
+                                                      "the other voter, or move the leadership first")
+        return self._append_voters(self.voter_set.without(node_id), now)
+
+    def _check_voter_change_allowed(self) -> None:
+        if self.state is not S.LEADER:
+            raise VoterChangeError("NOT_LEADER_OR_FOLLOWER", f"node {self.node_id} is not the leader")
+        if self.high_watermark <= self._epoch_start_offset:
+            raise VoterChangeError("REQUEST_TIMED_OUT", "the leader has not committed an entry of its epoch yet")
+        if self.log.last_voters_offset() >= self.high_watermark:
+            raise VoterChangeError("REQUEST_TIMED_OUT", "another voter change is not committed yet")
+
+    def _append_voters(self, new: VoterSet, now: int) -> int:
+        old = sorted(self.voters)
+        offset = self.log.end_offset
+        self.log.append([LogEntry(offset, self.epoch, new)])
+        # durable before any follower can fetch it: a follower that was removed (and no longer campaigns) must
+        # never be the only one left holding the change, ahead of the voters that would have to elect a leader
+        self.log.flush()
+        log.info("node %s: voters %s -> %s at offset %s", self.node_id, old, sorted(new.ids), offset)
+        return offset
+
     def resign(self, now: int) -> None:
         """Give up leadership gracefully (shutdown): EndQuorumEpoch to the voters, most caught-up first."""
         if self.state is S.LEADER:
@@ -237,6 +314,10 @@ class RaftClient:
                     return self.poll(now)
                 return self._election_deadline
             return self._poll_observer_without_leader(now)
+        if self.state in (S.PROSPECTIVE, S.CANDIDATE, S.RESIGNED) and not self.is_voter:
+            # removed from the voters (a truncation, or a change this replica made as leader): an observer now
+            self._transition(S.UNATTACHED, self.epoch, -1, self.voted_id, now)
+            return self.poll(now)
         if self.state in (S.PROSPECTIVE, S.CANDIDATE):
             if now >= self._election_deadline:
                 if self.state is S.PROSPECTIVE:  # the pre-vote round ran out: back off, try again later
@@ -392,8 +473,13 @@ class RaftClient:
         self._maybe_advance_high_watermark()
         # check-quorum: resign when a majority (counting ourselves) has not fetched for 1.5 x fetch timeout
         window = self.cfg.fetch_timeout_ms * 3 // 2
+        if not self.is_voter and self.high_watermark > self.log.last_voters_offset():
+            log.info("node %s resigns epoch %s: it is no longer a voter", self.node_id, self.epoch)
+            self._become_resigned(now)
+            return self.poll(now)
         if len(self.voters) > 1 and now - self._leader_since >= window:
-            alive = 1 + sum(1 for v, r in self._replicas.items() if v in self.voters and now - r.last_fetch_ms < window)
+            alive = int(self.is_voter) + sum(1 for v, r in self._replicas.items()
+                                             if v in self.voters and now - r.last_fetch_ms < window)
             if alive < len(self.voters) // 2 + 1:
                 log.info("node %s resigns epoch %s: only %s of %s voters fetched within %s ms", self.node_id,
                          self.epoch, alive, len(self.voters), window)
@@ -432,9 +518,10 @@ class RaftClient:
         return min(self._fetch_deadline, self._fetch_inflight_until)
 
     def _poll_observer_without_leader(self, now: int) -> int:
-        if now >= self._fetch_inflight_until and self.voters:
-            self._send_fetch(self.rng.choice(sorted(self.voters)), now)
-        return self._fetch_inflight_until
+        targets = sorted(self.voters - {self.node_id}) or list(self.bootstrap)
+        if now >= self._fetch_inflight_until and targets:
+            self._send_fetch(self.rng.choice(targets), now)
+        return self._fetch_inflight_until if targets else now + self.cfg.retry_backoff_ms * 10
 
     def _send_fetch(self, dst: int, now: int) -> None:
         self._correlation += 1
@@ -462,9 +549,16 @@ class RaftClient:
             self.outbox.append((req.src, VoteResponse(self.node_id, self.epoch, self.leader_id if alive else -1,
                                                       granted, req.candidate_epoch, req.pre_vote)))
 
-        if req.src not in self.voters or not self.is_voter:
+        # a replica votes whether or not its own log counts it or the candidate as voters (the candidate's log may
+        # hold a newer voter set, KIP-853, and counts only its own set's votes). A replica that hears from a live
+        # leader refuses real votes too, not only pre-votes (KIP-996): a candidate that passed its pre-vote never
+        # needs such a replica, and a stranger's request cannot depose a working leader or move its epoch
+        heard = self.state is S.LEADER or (
+            self.state is S.FOLLOWER and now - self._leader_contact_ms < self.cfg.fetch_timeout_ms)
+        if heard and not req.pre_vote:
             answer(False)
             return
+
         if req.pre_vote:
             if req.candidate_epoch <= self.epoch:
                 answer(False)
@@ -693,7 +787,8 @@ class RaftClient:
 
     # ------------------------------------------------------------------ commit
     def _maybe_advance_high_watermark(self) -> None:
-        offsets = sorted((self.log.flushed_offset if v == self.node_id else self._replicas[v].end_offset
+        offsets = sorted((self.log.flushed_offset if v == self.node_id else
+                          self._replicas[v].end_offset if v in self._replicas else -1
                           for v in self.voters), reverse=True)
         majority_offset = offsets[len(offsets) // 2]
         if majority_offset > self._epoch_start_offset and majority_offset > self.high_watermark:

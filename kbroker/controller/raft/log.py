@@ -21,6 +21,12 @@ epoch asked of ``end_offset_for_epoch`` that ends below the start gives ``(-1, l
 replica whose fetch offset is below the leader's log start gets the leader's latest snapshot
 (``read_snapshot``) and ``install_snapshot`` resets its log to start at the snapshot's end offset.
 
+The voter set (KIP-853) lives in the log too: an entry whose ``data`` is a :class:`VoterSet` (on disk a KRaftVoters
+control batch) makes that set the voters from its offset on, as soon as it is appended (a truncation that removes
+it brings the previous set back); ``voters()`` is the set at the log end (``None`` when the log names none: the
+static ``controller.quorum.voters`` apply) and ``voters_at(offset)`` the set in force below ``offset``. A snapshot
+carries the set in force at its end offset, so a log that starts at a snapshot still knows it.
+
 ``MemoryRaftLog`` keeps everything in lists; :meth:`MemoryRaftLog.crash` drops what was never flushed, which
 is how the simulation models a power loss (snapshots are durable once written).
 """
@@ -30,6 +36,43 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Protocol, Sequence
+
+ZERO_DIRECTORY_ID = bytes(16)
+
+
+@dataclass(frozen=True, slots=True)
+class Voter:
+    """One voter of the metadata quorum (KIP-853 ``VotersRecord.Voter``): its node id, the directory id of its
+    metadata log directory (all zeros when unknown, as for static voters) and its controller listeners as
+    ``(listener name, host, port)``."""
+
+    node_id: int
+    directory_id: bytes = ZERO_DIRECTORY_ID
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class VoterSet:
+    """The voters of the quorum, sorted by node id. A log entry whose data is a VoterSet changes the voters."""
+
+    voters: tuple[Voter, ...]
+
+    @classmethod
+    def of(cls, voters: Sequence[Voter]) -> VoterSet:
+        return cls(tuple(sorted(voters, key=lambda v: v.node_id)))
+
+    @property
+    def ids(self) -> frozenset[int]:
+        return frozenset(v.node_id for v in self.voters)
+
+    def get(self, node_id: int) -> Voter | None:
+        return next((v for v in self.voters if v.node_id == node_id), None)
+
+    def with_voter(self, voter: Voter) -> VoterSet:
+        return VoterSet.of([*(v for v in self.voters if v.node_id != voter.node_id), voter])
+
+    def without(self, node_id: int) -> VoterSet:
+        return VoterSet.of([v for v in self.voters if v.node_id != node_id])
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +131,64 @@ class RaftLog(Protocol):
 
     def delete_before_snapshot(self, snapshot_id: tuple[int, int]) -> bool: ...
 
+    # ---- the voter set
+    def voters(self) -> VoterSet | None: ...
+
+    def voters_at(self, offset: int) -> VoterSet | None: ...
+
+    def last_voters_offset(self) -> int: ...
+
+
+class VoterHistory:
+    """Where the voter set changed in a log: ``(offset of the entry, set)``, ascending, plus the set in force at
+    the log start (from the snapshot the log starts at)."""
+
+    def __init__(self) -> None:
+        self.base: VoterSet | None = None
+        self.changes: list[tuple[int, VoterSet]] = []
+
+    def add(self, offset: int, voters: VoterSet) -> None:
+        self.changes.append((offset, voters))
+
+    def truncate(self, offset: int) -> None:
+        while self.changes and self.changes[-1][0] >= offset:
+            self.changes.pop()
+
+    def at(self, offset: int) -> VoterSet | None:
+        """The set in force for an entry at ``offset`` (set by entries below it)."""
+        found = self.base
+        for off, vs in self.changes:
+            if off >= offset:
+                break
+            found = vs
+        return found
+
+    def latest(self) -> VoterSet | None:
+        return self.changes[-1][1] if self.changes else self.base
+
+    def last_offset(self) -> int:
+        return self.changes[-1][0] if self.changes else -1
+
+    def restart_at(self, offset: int, voters: VoterSet | None) -> None:
+        self.base, self.changes = voters, []
+
+    def drop_below(self, offset: int) -> None:
+        """The log now starts at ``offset``: changes below it fold into the base."""
+        self.base = self.at(offset)
+        self.changes = [(o, v) for o, v in self.changes if o >= offset]
+
+
+def encode_memory_snapshot(voters: VoterSet | None, data: bytes) -> bytes:
+    """A :class:`MemoryRaftLog` snapshot as bytes: a first line naming the voter set, then the owner's data."""
+    line = "-" if voters is None else ",".join(str(v.node_id) for v in voters.voters)
+    return f"voters {line}\n".encode() + data
+
+
+def decode_memory_snapshot(raw: bytes) -> tuple[VoterSet | None, bytes]:
+    head, _, data = raw.partition(b"\n")
+    ids = head.decode().split(" ", 1)[1]
+    return (None if ids == "-" else VoterSet.of([Voter(int(i)) for i in ids.split(",")])), data
+
 
 class MemoryRaftLog:
     """A :class:`RaftLog` in memory with a flushed offset (what a crash keeps)."""
@@ -99,6 +200,7 @@ class MemoryRaftLog:
         self._flushed = 0
         self._start = 0
         self._snapshots: dict[tuple[int, int], bytes] = {}
+        self._voters = VoterHistory()
         self.lowest_truncation: int | None = None
         """The lowest offset any truncation cut back to since the owner last reset this (simulation checks)."""
 
@@ -163,6 +265,8 @@ class MemoryRaftLog:
                 self._epoch_starts.append((e.epoch, e.offset))
             self._entries.append(e)
             self._offsets.append(e.offset)
+            if isinstance(e.data, VoterSet):
+                self._voters.add(e.offset, e.data)
 
     def truncate_to(self, offset: int) -> None:
         """Drop every batch at or past ``offset``; a batch that holds ``offset`` goes whole (as Kafka's log)."""
@@ -180,6 +284,7 @@ class MemoryRaftLog:
             self.lowest_truncation = offset
         while self._epoch_starts and self._epoch_starts[-1][1] >= offset:
             self._epoch_starts.pop()
+        self._voters.truncate(offset)
         self._flushed = min(self._flushed, offset)
 
     def read(self, offset: int, max_entries: int) -> list[LogEntry]:
@@ -205,10 +310,15 @@ class MemoryRaftLog:
     def read_snapshot(self, snapshot_id: tuple[int, int], position: int, max_bytes: int) -> bytes:
         return self._snapshots[snapshot_id][position:position + max_bytes]
 
+    def snapshot_payload(self, snapshot_id: tuple[int, int]) -> bytes:
+        """The owner's data of a snapshot (without the voter set line)."""
+        return decode_memory_snapshot(self._snapshots[snapshot_id])[1]
+
     def create_snapshot(self, end_offset: int, epoch: int, data: bytes) -> None:
+        """Store the owner's ``data`` with the voter set in force at ``end_offset`` (a first line)."""
         if not self._start <= end_offset <= self._flushed:
             raise ValueError(f"snapshot at {end_offset} outside the flushed log [{self._start}, {self._flushed}]")
-        self._snapshots[(end_offset, epoch)] = bytes(data)
+        self._snapshots[(end_offset, epoch)] = encode_memory_snapshot(self._voters.at(end_offset), bytes(data))
 
     def install_snapshot(self, snapshot_id: tuple[int, int], data: bytes) -> None:
         """Replace the whole log by a snapshot fetched from the leader: it starts at the snapshot's end offset."""
@@ -218,6 +328,7 @@ class MemoryRaftLog:
         self._entries.clear()
         self._offsets.clear()
         self._epoch_starts.clear()
+        self._voters.restart_at(end, decode_memory_snapshot(bytes(data))[0])
         self._start = self._flushed = end
 
     def delete_before_snapshot(self, snapshot_id: tuple[int, int]) -> bool:
@@ -235,9 +346,20 @@ class MemoryRaftLog:
                               if j + 1 >= len(self._epoch_starts) or self._epoch_starts[j + 1][1] > end]
         if not self._entries:
             self._epoch_starts = []
+        self._voters.drop_below(end)
         self._start = end
         self._snapshots = {k: v for k, v in self._snapshots.items() if k[0] >= end}
         return True
+
+    # ---- the voter set
+    def voters(self) -> VoterSet | None:
+        return self._voters.latest()
+
+    def voters_at(self, offset: int) -> VoterSet | None:
+        return self._voters.at(offset)
+
+    def last_voters_offset(self) -> int:
+        return self._voters.last_offset()
 
     def crash(self) -> None:
         """Lose every batch that was not flushed (a power loss)."""

@@ -23,8 +23,9 @@ import struct
 import time
 from typing import Callable, Sequence
 
-from kbroker.controller.raft.log import LogEntry
-from kbroker.controller.snapshot import SnapshotStore
+from kbroker.controller.raft.log import LogEntry, VoterHistory, VoterSet
+from kbroker.controller.raft.voters_record import batch_voters, voters_batch
+from kbroker.controller.snapshot import SnapshotStore, decode_snapshot_voters
 from kbroker.protocol import codec
 from kbroker.protocol.messages.leader_change_message import LeaderChangeMessage
 from kbroker.protocol.records import build_batch, iter_batches
@@ -60,10 +61,35 @@ class PartitionRaftLog:
         self.snapshots = snapshots if snapshots is not None else SnapshotStore(log.dir)
         self._start_epoch_cache: tuple[int, int] | None = None
         self.node_id = node_id
-        self.voters = tuple(sorted(voters))
+        self.static_voters = tuple(sorted(voters))
         self.clock = clock
         self.read_max_bytes = read_max_bytes
         self.lowest_truncation: int | None = None
+        self._voters = VoterHistory()
+        self._load_voters()
+
+    def _load_voters(self) -> None:
+        """The voter set at the log start (the snapshot there) and every KRaftVoters batch in the log."""
+        pl = self.partition_log
+        start = pl.log_start_offset
+        base = None
+        for snap in self.snapshots.ids():
+            if snap[0] == start or (start == 0 and snap == (0, 0)):
+                base = decode_snapshot_voters(self.snapshots.read(snap))
+        self._voters.restart_at(start, base)
+        pos = start
+        while pos < pl.log_end_offset:
+            info = pl.read(pos, self.read_max_bytes)
+            moved = False
+            for batch in iter_batches(info.read_bytes()):
+                if batch.is_control:
+                    vs = batch_voters(batch)
+                    if vs is not None:
+                        self._voters.add(batch.base_offset, vs)
+                pos = batch.next_offset
+                moved = True
+            if not moved:
+                break
 
     @property
     def end_offset(self) -> int:
@@ -124,9 +150,21 @@ class PartitionRaftLog:
                 raise ValueError(f"append at offset {e.offset}, log end offset is {self.end_offset}")
             if isinstance(e.data, (bytes, bytearray, memoryview)):
                 info = self.partition_log.append_as_follower(e.data, now)
+                for batch in iter_batches(bytes(e.data)):
+                    if batch.is_control:
+                        vs = batch_voters(batch)
+                        if vs is not None:
+                            self._voters.add(batch.base_offset, vs)
             else:
+                if isinstance(e.data, VoterSet):
+                    batch = voters_batch(e.data, e.offset, e.epoch, now)
+                    info = self.partition_log.append_as_leader(batch, e.epoch, now, origin=AppendOrigin.REPLICATION)
+                    self._voters.add(e.offset, e.data)
+                    if info.last_offset + 1 != e.next_offset:
+                        raise ValueError(f"voters batch at {e.offset} ends at {info.last_offset}")
+                    continue
                 if e.data is None:
-                    batch = leader_change_batch(e.offset, e.epoch, self.node_id, self.voters, now)
+                    batch = leader_change_batch(e.offset, e.epoch, self.node_id, self._voter_ids(), now)
                 else:
                     batch = build_batch([(None, v, [], now) for v in e.data], base_offset=e.offset,  # type: ignore[attr-defined]
                                         partition_leader_epoch=e.epoch)
@@ -140,6 +178,7 @@ class PartitionRaftLog:
             return
         self.partition_log.truncate_to(offset)
         end = self.end_offset
+        self._voters.truncate(end)
         if self.lowest_truncation is None or end < self.lowest_truncation:
             self.lowest_truncation = end
 
@@ -186,6 +225,7 @@ class PartitionRaftLog:
         self.snapshots.write(end, snapshot_id[1], data)
         self.partition_log.truncate_fully_and_start_at(end)
         self.snapshots.delete_before(end)
+        self._voters.restart_at(end, decode_snapshot_voters(bytes(data)))
         if self.lowest_truncation is None or end < self.lowest_truncation:
             self.lowest_truncation = end
 
@@ -194,7 +234,24 @@ class PartitionRaftLog:
         older snapshots. False when there is no such snapshot or nothing to drop."""
         if snapshot_id[0] > self.flushed_offset:
             return False
-        return delete_log_before_snapshot(self.partition_log, self.snapshots, snapshot_id, int(self.clock() * 1000))
+        if not delete_log_before_snapshot(self.partition_log, self.snapshots, snapshot_id, int(self.clock() * 1000)):
+            return False
+        self._voters.drop_below(snapshot_id[0])
+        return True
+
+    # ---- the voter set
+    def _voter_ids(self) -> tuple[int, ...]:
+        vs = self._voters.latest()
+        return tuple(sorted(vs.ids)) if vs is not None else self.static_voters
+
+    def voters(self) -> VoterSet | None:
+        return self._voters.latest()
+
+    def voters_at(self, offset: int) -> VoterSet | None:
+        return self._voters.at(offset)
+
+    def last_voters_offset(self) -> int:
+        return self._voters.last_offset()
 
 
 def delete_log_before_snapshot(log: PartitionLog, snapshots: SnapshotStore, snapshot_id: tuple[int, int],

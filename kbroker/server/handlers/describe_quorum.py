@@ -5,7 +5,8 @@ watermark and each voter's and observer's (broker's) log end offset and last fet
 is the client's to compute); any other node forwards the request to the leader's controller listener, as
 Kafka's brokers forward it to the controller, and answers NOT_LEADER_OR_FOLLOWER naming the leader it knows
 when that fails (or the request was already forwarded once). The
-``Nodes`` list (v2) gives every voter's controller endpoint from ``controller.quorum.voters``.
+``Nodes`` list (v2) gives every voter's controller endpoint and the voters their directory ids, from the voter
+set in force (the log's, KIP-853, else ``controller.quorum.voters``).
 
 Behavior, a quorum of one (the embedded default, see :mod:`kbroker.controller.quorum_controller`): this node is
 the leader and the only voter, in the controller's current leader epoch. The high watermark is the metadata log end offset (a quorum of one commits on its own
@@ -133,7 +134,8 @@ def _fill_from_quorum(quorum, part, now_ms: int, v2: bool) -> None:
             end = r.end_offset if r is not None else -1
             fetched = now_ms - (mono_now - r.last_fetch_ms) if r is not None and r.end_offset >= 0 else -1
         voters.append(DescribeQuorumResponse.ReplicaState(
-            replica_id=v, log_end_offset=end, last_fetch_timestamp=fetched,
+            replica_id=v, replica_directory_id=quorum.voter_directory_id(v), log_end_offset=end,
+            last_fetch_timestamp=fetched,
             last_caught_up_timestamp=fetched if end >= client.high_watermark else -1))
     part.current_voters = voters
     observers = []

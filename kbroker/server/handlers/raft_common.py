@@ -18,3 +18,30 @@ async def to_quorum(ctx, request: Any) -> Any:
         return _error_response(request, KafkaError(ErrorCode.INCONSISTENT_VOTER_SET,
                                                    f"node {ctx.broker.node_id} is not in a metadata quorum"))
     return await quorum.manager.handle_request(request, ctx.header.correlation_id)
+
+
+async def voter_change(ctx, request: Any, change: Any) -> tuple[int, str | None]:
+    """AddRaftVoter / RemoveRaftVoter: on the quorum's leader run ``change(quorum)``; elsewhere forward the request
+    to the leader (once: a forwarded request that finds no leader gets NOT_LEADER_OR_FOLLOWER). Returns
+    ``(error code, message)``."""
+    from kbroker.server.metadata_quorum import FORWARDED_PREFIX
+
+    quorum = ctx.broker.metadata_quorum
+    if quorum is None or quorum.client is None:
+        return ErrorCode.UNSUPPORTED_VERSION, (f"node {ctx.broker.node_id} is a quorum of one: its voters cannot "
+                                               f"change (start the cluster with controller.quorum.voters)")
+    if request.cluster_id and request.cluster_id != ctx.broker.controller.cluster_id:
+        return ErrorCode.INCONSISTENT_CLUSTER_ID, f"this is cluster {ctx.broker.controller.cluster_id}"
+    if not quorum.client.is_leader:
+        if ctx.client_id.startswith(FORWARDED_PREFIX):
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, f"node {ctx.broker.node_id} is not the quorum's leader"
+        try:
+            resp = await quorum.forward(ctx.header.api_key, ctx.api_version, request, ctx.listener_name)
+        except KafkaError as exc:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, exc.message
+        return resp.error_code, resp.error_message
+    try:
+        await change(quorum)
+    except KafkaError as exc:
+        return exc.code, exc.message
+    return ErrorCode.NONE, None

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kbroker.controller.raft.log import LogEntry, MemoryRaftLog
+from kbroker.controller.raft.log import LogEntry, MemoryRaftLog, Voter, VoterSet, encode_memory_snapshot
 from kbroker.controller.raft.partition_log import PartitionRaftLog, open_metadata_log_start
-from kbroker.controller.snapshot import SnapshotStore
+from kbroker.controller.snapshot import SnapshotStore, decode_snapshot, encode_snapshot
 from kbroker.controller.uuids import METADATA_TOPIC_ID
 from kbroker.protocol.records import RecordBatch
 from kbroker.storage.config import LogConfig
@@ -38,6 +38,7 @@ ops = st.lists(st.one_of(
     st.tuples(st.just("flush")),
     st.tuples(st.just("snapshot"), st.integers(0, 60), st.booleans()),
     st.tuples(st.just("install"), st.integers(0, 5), st.integers(0, 2)),
+    st.tuples(st.just("voters"), st.integers(0, 2), st.sets(st.integers(1, 5), min_size=1, max_size=4)),
 ), max_size=40)
 
 
@@ -51,6 +52,9 @@ def same(disk: PartitionRaftLog, mem: MemoryRaftLog, max_epoch: int) -> None:
     assert [(x.offset, x.epoch, x.count) for x in disk.read(start, 1000)] == \
         [(x.offset, x.epoch, x.count) for x in mem.read(start, 1000)]
     assert disk.latest_snapshot_id() == mem.latest_snapshot_id()
+    assert disk.voters() == mem.voters() and disk.last_voters_offset() == mem.last_voters_offset()
+    for off in range(start, mem.end_offset + 1):
+        assert disk.voters_at(off) == mem.voters_at(off), off
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -79,16 +83,25 @@ def test_disk_log_matches_memory_log(tmp_path_factory, sequence):
             if bounds:
                 end = bounds[op[1] % len(bounds)]
                 snap = (end, mem.epoch_at(end - 1))
-                mem.create_snapshot(end, snap[1], b"state")
-                disk.create_snapshot(end, snap[1], b"state")
+                mem.create_snapshot(end, snap[1], b"state")  # the memory log adds the voter set itself
+                disk.create_snapshot(end, snap[1], encode_snapshot([b"state"], snap[1], 0, 0,
+                                                                   voters=disk.voters_at(end)))
                 if op[2]:
                     assert disk.delete_before_snapshot(snap) == mem.delete_before_snapshot(snap)
+        elif op[0] == "voters":  # a voter change (a KRaftVoters control batch on disk)
+            epoch += op[1]
+            e = LogEntry(mem.end_offset, epoch, VoterSet.of([Voter(i, bytes([i]) * 16, (("CONTROLLER", "h", i),))
+                                                            for i in op[2]]))
+            mem.append([e])
+            disk.append([e])
         elif op[0] == "install":  # a snapshot fetched from a leader ahead of this log
             epoch = max(epoch, mem.last_epoch) + op[2]
             snap = (mem.end_offset + 1 + op[1], epoch)  # always past the fetch offset (the log end)
-            mem.install_snapshot(snap, b"fetched")
-            disk.install_snapshot(snap, b"fetched")
-            assert disk.read_snapshot(snap, 2, 3) == b"tch"
+            leader_voters = VoterSet.of([Voter(1), Voter(2)])  # the set in force at the leader's snapshot
+            mem.install_snapshot(snap, encode_memory_snapshot(leader_voters, b"fetched"))
+            disk.install_snapshot(snap, encode_snapshot([b"fetched"], epoch, 0, 0, voters=leader_voters))
+            assert mem.snapshot_payload(snap) == b"fetched"
+            assert decode_snapshot(disk.read_snapshot(snap, 0, 1 << 20)) == [b"fetched"]
         else:
             mem.flush()
             disk.flush()
@@ -98,7 +111,7 @@ def test_disk_log_matches_memory_log(tmp_path_factory, sequence):
     for x, m in zip(disk.read(start, 1000), mem.read(start, 1000)):
         batch = RecordBatch(x.data)
         assert batch.verify_crc() and batch.partition_leader_epoch == m.epoch
-        if m.data is None:
+        if m.data is None or isinstance(m.data, VoterSet):
             assert batch.is_control
         else:
             assert [r.value for r in batch.records()] == list(m.data)
