@@ -346,6 +346,51 @@ def test_transactions_across_brokers(cluster):
     assert sum(tp.offset for tp in offsets) == 30
     assert sorted(int(m.value()) for m in read("tx-copy", 30, "read_committed")) == list(range(30))
 
+    # KIP-890 across brokers: a transactional batch for a partition that was never added to the transaction is
+    # refused by its leader after asking the coordinator on another broker; once added, it is accepted
+    from kbroker.protocol.api_keys import ApiKey
+    from kbroker.protocol.errors import ErrorCode
+    from kbroker.protocol.messages import (AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest,
+                                           EndTxnResponse, FindCoordinatorRequest, FindCoordinatorResponse,
+                                           InitProducerIdRequest, InitProducerIdResponse, ProduceRequest,
+                                           ProduceResponse)
+    from kbroker.protocol.records import build_batch
+    from kbroker.testing.cluster import ask
+
+    host = cluster.host
+    found = wait_until(lambda: (lambda r: r if r.coordinators[0].error_code == 0 else None)(ask(
+        host, cluster.nodes[4].port, ApiKey.FIND_COORDINATOR, 4, FindCoordinatorRequest(
+            key_type=1, coordinator_keys=["tx-raw"]), FindCoordinatorResponse)), 30, "the coordinator of tx-raw")
+    coordinator = found.coordinators[0].node_id
+    cport = cluster.nodes[coordinator].port
+    init = wait_until(lambda: (lambda r: r if r.error_code == 0 else None)(ask(
+        host, cport, ApiKey.INIT_PRODUCER_ID, 4, InitProducerIdRequest(
+            transactional_id="tx-raw", transaction_timeout_ms=60000), InitProducerIdResponse)), 30, "a producer id")
+    partition, leader = next((p, meta.leader) for p, meta in describe(admin, "tx-out").partitions.items()
+                             if meta.leader != coordinator)
+
+    def produce() -> int:
+        batch = build_batch([(b"k", b"raw", [], int(time.time() * 1000))], producer_id=init.producer_id,
+                            producer_epoch=init.producer_epoch, base_sequence=0, is_transactional=True)
+        req = ProduceRequest(transactional_id="tx-raw", acks=1, timeout_ms=10000, topic_data=[
+            ProduceRequest.TopicProduceData(name="tx-out", partition_data=[
+                ProduceRequest.PartitionProduceData(index=partition, records=batch)])])
+        resp = ask(host, cluster.nodes[leader].port, ApiKey.PRODUCE, 9, req, ProduceResponse)
+        return resp.responses[0].partition_responses[0].error_code
+
+    assert produce() == ErrorCode.INVALID_TXN_STATE
+    added = ask(host, cport, ApiKey.ADD_PARTITIONS_TO_TXN, 3, AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id="tx-raw", v3_and_below_producer_id=init.producer_id,
+        v3_and_below_producer_epoch=init.producer_epoch, v3_and_below_topics=[
+            AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name="tx-out", partitions=[partition])]),
+        AddPartitionsToTxnResponse)
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+    assert produce() == ErrorCode.NONE
+    ended = ask(host, cport, ApiKey.END_TXN, 3, EndTxnRequest(
+        transactional_id="tx-raw", producer_id=init.producer_id, producer_epoch=init.producer_epoch, committed=False),
+        EndTxnResponse)
+    assert ended.error_code == 0
+
 
 def test_dev_cluster_command(tmp_path):
     """``kbroker-dev-cluster --controllers 1 --brokers 2``: one controller-only node (its brokers follow it over

@@ -174,7 +174,8 @@ def _create(admin: AdminClient, name: str) -> bool:
 def test_a_dynamic_quorum_grows_from_one_standalone_controller(tmp_path):
     """``controller.quorum.bootstrap.servers`` and no static voters: controller 1 formatted ``--standalone`` is the
     only voter, controllers 2 and 3 (``--no-initial-controllers``) and the broker find the leader through the
-    bootstrap server and follow; ``add-controller`` makes 2 and 3 voters, after which the quorum survives the
+    bootstrap server and follow; ``add-controller`` makes 2 and 3 voters (idle, the quorum commits NoOpRecords),
+    after which the quorum survives the
     kill -9 of its leader, and a restart of every process keeps the three voters (they are in the log)."""
     cluster = KbrokerCluster(tmp_path, nodes=3, brokers=1, overrides=FAST_FENCING, dynamic_quorum=True)
     try:
@@ -186,7 +187,7 @@ def test_a_dynamic_quorum_grows_from_one_standalone_controller(tmp_path):
                             30, "controllers 2 and 3 observing")
         assert voter_ids(status) == {1}
         admin = AdminClient({"bootstrap.servers": broker})
-        assert _create(admin, "one-voter")
+        wait_until(lambda: _create(admin, "one-voter"), 30, "CreateTopics with one voter")
 
         for i in (2, 3):
             assert cluster.add_voter(i).startswith(f"Added controller {i} with directory id "
@@ -195,6 +196,10 @@ def test_a_dynamic_quorum_grows_from_one_standalone_controller(tmp_path):
                             30, "three voters")
         for i in (1, 2, 3):
             assert directory_id(cluster.nodes[i]) in status["CurrentVoters"]
+        # an idle quorum still commits: a NoOpRecord every metadata.max.idle.interval.ms (500 ms, KIP-835)
+        before = int(quorum_status(broker)["HighWatermark"])
+        wait_until(lambda: int(quorum_status(broker).get("HighWatermark", -1)) >= before + 2, 10,
+                   "no-op records committed by an idle quorum")
 
         leader = cluster.controller_id()
         cluster.kill(leader)
@@ -215,5 +220,21 @@ def test_a_dynamic_quorum_grows_from_one_standalone_controller(tmp_path):
         wait_until(lambda: '"id": 5' in quorum_status(broker).get("CurrentObservers", ""), 30, "controller 5")
         cluster.add_voter(5)
         wait_until(lambda: voter_ids(quorum_status(broker)) == {1, 2, 3, 5}, 30, "four voters")
+
+        # controller 3 restarts on another port: it has the leader record its new endpoint (UpdateRaftVoter), so
+        # the others reach it there (with the leader then killed, 3 of the 4 voters elect one and commit)
+        from kbroker.testing.plugin import free_port
+
+        cluster.nodes[3].stop()
+        new_port = free_port(cluster.host)
+        cluster.nodes[3].port = cluster.controller_ports[3] = new_port
+        cluster.nodes[3].start()
+        wait_until(lambda: f"CONTROLLER://127.0.0.1:{new_port}" in quorum_status(broker).get("CurrentVoters", ""),
+                   30, "controller 3's new endpoint in the voter set")
+        leader = cluster.controller_id()
+        if leader != 3:
+            cluster.kill(leader)
+            assert cluster.controller_id(timeout=30, exclude=leader) != leader
+        wait_until(lambda: _create(admin, "after-move"), 60, "CreateTopics with controller 3 on its new port")
     finally:
         cluster.stop()

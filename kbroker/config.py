@@ -23,6 +23,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "controller.quorum.retry.backoff.ms": "20",
     "metadata.log.max.record.bytes.between.snapshots": "20971520",
     "metadata.log.max.snapshot.interval.ms": "3600000",
+    "metadata.max.idle.interval.ms": "500",
     "metadata.max.retention.bytes": "104857600",
     "metadata.max.retention.ms": "604800000",
     "broker.heartbeat.interval.ms": "2000",

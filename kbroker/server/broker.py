@@ -73,10 +73,14 @@ class Broker:
         self.group_coordinator = GroupCoordinator.for_broker(self)
         #: markers for partitions led by other brokers (a cluster only)
         self.remote_markers: Any = None
+        #: transaction verification with a coordinator on another broker (a cluster only, KIP-890)
+        self.txn_verifier: Any = None
         if self.metadata_quorum is not None:
             from kbroker.server.handlers.write_txn_markers import RemoteMarkers
+            from kbroker.server.txn_verification import RemoteTxnVerifier
 
             self.remote_markers = RemoteMarkers(self)
+            self.txn_verifier = RemoteTxnVerifier(self)
         self.transaction_coordinator = TransactionCoordinator.for_broker(
             self, lambda *args: write_marker(self, *args))
         self.apis = Apis(self)
@@ -380,6 +384,8 @@ class Broker:
             self.group_coordinator.shutdown()
         if self.remote_markers is not None:
             await self.remote_markers.close()
+        if self.txn_verifier is not None:
+            await self.txn_verifier.close()
         self.log_manager.shutdown()
         self.controller.shutdown()
         self.dir_locks.release()

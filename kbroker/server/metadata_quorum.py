@@ -102,6 +102,9 @@ class MetadataQuorum:
         self.request_timeout_s = config.get_int("controller.quorum.request.timeout.ms") / 1000
         self.heartbeat_interval_s = config.get_int("broker.heartbeat.interval.ms") / 1000
         self.session_timeout_ms = config.get_int("broker.session.timeout.ms")
+        #: ``metadata.max.idle.interval.ms`` (KIP-835): the active controller commits a NoOpRecord when it has
+        #: written nothing for this long, so every node sees the committed offset move (0: never)
+        self.idle_interval_s = config.get_int("metadata.max.idle.interval.ms") / 1000
         self._applied = 0  # the next offset to apply
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._leader_epoch_seen = -1
@@ -138,6 +141,9 @@ class MetadataQuorum:
         await self.manager.start()
         self._tasks.append(loop.create_task(self._watch_leadership(), name="metadata-quorum-leadership"))
         self._tasks.append(loop.create_task(self._fence_stale_brokers(), name="metadata-quorum-fencing"))
+        if self.idle_interval_s > 0:
+            self._tasks.append(loop.create_task(self._write_no_ops(), name="metadata-quorum-no-op"))
+        self._tasks.append(loop.create_task(self._announce_endpoints(), name="metadata-quorum-endpoints"))
 
     async def stop(self) -> None:
         self._closing = True
@@ -228,6 +234,66 @@ class MetadataQuorum:
         await self._change_voters(lambda cl, now: cl.remove_voter(voter_id, directory_id if any(directory_id)
                                                                     else None, now), timeout_s)
 
+    async def update_voter(self, voter_id: int, directory_id: bytes, listeners: list[tuple[str, str, int]],
+                           timeout_s: float) -> None:
+        """On the leader: record a voter's new controller endpoints (UpdateRaftVoter) and wait until committed.
+        Raises ``KafkaError`` (NOT_LEADER_OR_FOLLOWER, VOTER_NOT_FOUND, REQUEST_TIMED_OUT, INVALID_REQUEST)."""
+        if not listeners:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "the voter names no listener")
+        await self._change_voters(
+            lambda cl, now: cl.update_voter(Voter(voter_id, directory_id, tuple(listeners)), now), timeout_s)
+
+    def own_voter(self) -> Voter:
+        """This node as a voter: its id, its metadata directory's id and its controller listener."""
+        import os
+
+        c = self.controller
+        wanted = os.path.abspath(c.metadata_dir)
+        dir_id = next((d_id for d, d_id in c.directory_ids.items() if os.path.abspath(d) == wanted), bytes(16))
+        ep = self._own_controller_endpoint()
+        if ep is not None and ep[0] in ("0.0.0.0", "::", "localhost"):
+            ep = None  # a wildcard or default host says nothing about where the others reach this node
+        return Voter(self.node_id, dir_id, ((self.controller_listener, ep[0], ep[1]),) if ep else ())
+
+    async def _announce_endpoints(self) -> None:
+        """A voter whose recorded controller endpoint (the log's voter set) is not the one it listens on now (it
+        restarted with another address) asks the leader to record the new one (UpdateRaftVoter), every
+        ``broker.heartbeat.interval.ms`` until it is."""
+        from kbroker.protocol.messages.update_raft_voter_request import UpdateRaftVoterRequest
+
+        while True:
+            await asyncio.sleep(max(0.5, self.heartbeat_interval_s))
+            cl = self.client
+            if cl is None or cl.log.voters() is None or not cl.is_voter:
+                continue  # static voters (controller.quorum.voters) are not in the log
+            me = self.own_voter()
+            recorded = cl.voter_set.get(self.node_id)
+            if recorded is None or not me.endpoints or recorded.endpoints == me.endpoints:
+                continue
+            if any(recorded.directory_id) and recorded.directory_id != me.directory_id:
+                continue  # another incarnation of this node id is the voter
+            try:
+                if cl.is_leader:
+                    await self.update_voter(me.node_id, me.directory_id, list(me.endpoints), self.request_timeout_s)
+                    continue
+                leader = cl.leader_id
+                if leader < 0 or self._applied < cl.high_watermark:
+                    continue
+                req = UpdateRaftVoterRequest(
+                    cluster_id=self.controller.cluster_id, current_leader_epoch=cl.epoch, voter_id=me.node_id,
+                    voter_directory_id=me.directory_id,
+                    listeners=[UpdateRaftVoterRequest.Listener(name=n, host=h, port=p) for n, h, p in me.endpoints],
+                    k_raft_version_feature=UpdateRaftVoterRequest.KRaftVersionFeature(
+                        min_supported_version=0, max_supported_version=1))
+                resp = await self._controller_channel(leader).request(ApiKey.UPDATE_RAFT_VOTER, 0, req,
+                                                                     self.request_timeout_s * 2)
+                if resp.error_code:
+                    log.info("UpdateRaftVoter to %d: %s", leader, ErrorCode(resp.error_code).name)
+                else:
+                    log.info("the leader %d recorded this voter's endpoints %s", leader, list(me.endpoints))
+            except (KafkaError, NodeRequestError) as exc:
+                log.info("announcing this voter's endpoints: %s", exc)
+
     async def _change_voters(self, change: Any, timeout_s: float, wait_commit: bool = True) -> None:
         cl = self.client
         if cl is None or self.manager is None or not cl.is_leader:
@@ -236,6 +302,8 @@ class MetadataQuorum:
         while True:  # a change right after the previous one (or the election) waits for that to commit
             try:
                 offset = change(cl, int(time.monotonic() * 1000))
+                if offset < 0:
+                    return  # nothing to change
                 break
             except VoterChangeError as exc:
                 if exc.error != "REQUEST_TIMED_OUT" or time.monotonic() >= deadline:
@@ -559,6 +627,29 @@ class MetadataQuorum:
             await asyncio.sleep(0.1)
         log.warning("controlled shutdown of broker %d did not complete within %.0f s", self.node_id, timeout_s)
         return False
+
+    async def _write_no_ops(self) -> None:
+        """On the active controller: a NoOpRecord after ``metadata.max.idle.interval.ms`` without a write."""
+        from kbroker.protocol.metadata_records import NoOpRecord
+
+        last = (-1, time.monotonic())  # (log end offset seen, when)
+        while True:
+            await asyncio.sleep(self.idle_interval_s / 2)
+            c, cl = self.controller, self.client
+            if cl is None or not c.is_active:
+                last = (-1, time.monotonic())
+                continue
+            end = cl.log.end_offset
+            if end != last[0]:
+                last = (end, time.monotonic())
+                continue
+            if time.monotonic() - last[1] < self.idle_interval_s:
+                continue
+            try:
+                c._commit([NoOpRecord()])
+            except KafkaError as exc:
+                log.debug("no-op record: %s", exc)
+            last = (cl.log.end_offset, time.monotonic())
 
     async def _fence_stale_brokers(self) -> None:
         """On the active controller: fence brokers whose heartbeats stopped (``broker.session.timeout.ms``)."""

@@ -265,6 +265,19 @@ class RaftClient:
                                                       "the other voter, or move the leadership first")
         return self._append_voters(self.voter_set.without(node_id), now)
 
+    def update_voter(self, voter: Voter, now: int) -> int:
+        """Leader: a voter's new endpoints (UpdateRaftVoter: it restarted with other listeners) -> the offset of the
+        new voter set, or -1 when nothing changes. The voter's directory id must be the recorded one. Raises
+        :class:`VoterChangeError`."""
+        current = self.voter_set.get(voter.node_id)
+        if current is None or (any(current.directory_id) and current.directory_id != voter.directory_id):
+            raise VoterChangeError("VOTER_NOT_FOUND", f"node {voter.node_id} is not a voter (with this directory id)")
+        if current.endpoints == voter.endpoints and self.state is S.LEADER:
+            return -1
+        self._check_voter_change_allowed()
+        return self._append_voters(self.voter_set.with_voter(Voter(voter.node_id, current.directory_id,
+                                                                   voter.endpoints)), now)
+
     def _check_voter_change_allowed(self) -> None:
         if self.state is not S.LEADER:
             raise VoterChangeError("NOT_LEADER_OR_FOLLOWER", f"node {self.node_id} is not the leader")

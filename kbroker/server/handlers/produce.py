@@ -26,7 +26,8 @@ Behavior:
   INVALID_PRODUCER_ID_MAPPING, or NOT_ENOUGH_REPLICAS (retriable) while the coordinator is loading or the
   previous transaction completes. Later batches of the open transaction go straight to the log, whose
   producer state refuses an older epoch. In a cluster whose transaction coordinator for the id is another
-  broker, the first batch is not verified (no broker-to-broker AddPartitionsToTxn yet);
+  broker, that broker is asked with AddPartitionsToTxn v4 ``verify_only`` (KIP-890,
+  :mod:`kbroker.server.txn_verification`); an unreachable coordinator is NOT_ENOUGH_REPLICAS (retriable);
 * internal topics (``__consumer_offsets``, ``__transaction_state``) refuse client writes with
   INVALID_TOPIC_EXCEPTION, as Kafka does;
 * acks=-1 answers once the high watermark passes the batch (every in-sync replica holds it): with one node
@@ -146,7 +147,7 @@ _VERIFICATION_ERRORS = {
 }
 
 
-def verify_transaction(broker, transactional_id: str, part, records: memoryview) -> None:
+async def verify_transaction(broker, transactional_id: str, part, records: memoryview) -> None:
     """Before the first batch of a transaction lands in a partition, make sure the coordinator added the
     partition to that transaction (raises KafkaError otherwise)."""
     if not records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
@@ -157,10 +158,11 @@ def verify_transaction(broker, transactional_id: str, part, records: memoryview)
         return  # the transaction is already open here
     tp = (part.topic, part.partition_index)
     code = broker.transaction_coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, [tp])[tp]
-    if code == ErrorCode.NOT_COORDINATOR and broker.metadata_quorum is not None:
-        # the coordinator is another broker of the cluster: not verified (Kafka before KIP-890 part 1 did the
-        # same; the log's producer state still refuses an older producer epoch)
-        return
+    if code == ErrorCode.NOT_COORDINATOR and broker.txn_verifier is not None:
+        # the coordinator is another broker of the cluster: ask it (KIP-890)
+        code = await broker.txn_verifier.verify(transactional_id, producer_id, producer_epoch, tp)
+        if code == ErrorCode.COORDINATOR_NOT_AVAILABLE:
+            code = ErrorCode.NOT_ENOUGH_REPLICAS
     if code:
         code = _VERIFICATION_ERRORS.get(code, code)
         raise KafkaError(ErrorCode(code), f"transaction verification of {tp[0]}-{tp[1]} failed: "
@@ -228,7 +230,7 @@ async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
                 max_bytes = broker.topic_config_int(topic.name, "max.message.bytes")
                 records = validate_batches(pdata.records, version, max_bytes)
                 if request.transactional_id is not None:
-                    verify_transaction(broker, request.transactional_id, part, records)
+                    await verify_transaction(broker, request.transactional_id, part, records)
                 info = rm.append_records(part, records, acks)
                 pr.base_offset = info.first_offset
                 pr.log_append_time_ms = info.log_append_time

@@ -4,9 +4,9 @@ Behavior:
 * the group's ``__consumer_offsets`` partition must already be in the producer's transaction
   (AddOffsetsToTxn): the transaction coordinator is asked, as Kafka's verification does; otherwise
   INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING, or INVALID_PRODUCER_EPOCH / PRODUCER_FENCED (v3+) for an old
-  epoch, with nothing written. In a cluster whose transaction coordinator for the id is another broker the
-  commit is not verified (no broker-to-broker verification yet; the producer epoch is still checked when the
-  marker comes);
+  epoch, with nothing written. In a cluster whose transaction coordinator for the id is another broker, that
+  broker is asked with AddPartitionsToTxn v4 ``verify_only`` (KIP-890, :mod:`kbroker.server.txn_verification`;
+  COORDINATOR_NOT_AVAILABLE when it cannot be reached);
 * the group member is validated like an OffsetCommit (v3+: generation, member id, group instance id); a
   commit with generation -1 and no member id is accepted for any group state (Kafka's rule for transactional
   commits) and creates a simple group when the transaction commits;
@@ -63,8 +63,10 @@ async def handle(ctx, request: TxnOffsetCommitRequest) -> R:
         tp = (OFFSETS_TOPIC, gc.partition_for(request.group_id))
         found = broker.transaction_coordinator.verify_partitions(
             request.transactional_id, request.producer_id, request.producer_epoch, [tp])[tp]
-        if found == ErrorCode.NOT_COORDINATOR and broker.metadata_quorum is not None:
-            found = ErrorCode.NONE  # the transaction coordinator is another broker: not verified (see produce)
+        if found == ErrorCode.NOT_COORDINATOR and broker.txn_verifier is not None:
+            # the transaction coordinator is another broker: ask it (KIP-890, kbroker/server/txn_verification.py)
+            found = await broker.txn_verifier.verify(request.transactional_id, request.producer_id,
+                                                     request.producer_epoch, tp)
         error = verification_error(found, version)
     if error:
         for p in parts:
