@@ -7,9 +7,12 @@ Cases (each on a fresh topic, 100 B records, acks=1, broker CPU from /proc/<pid>
   record): broker CPU microseconds per request;
 * ``many``: ``--producers`` producers (default 50) on one topic of ``--partitions`` partitions (default 10),
   ``linger.ms=5``, each producing as fast as its queue allows for ``--seconds``: records/s, produce requests/s
-  (librdkafka's own count of requests sent), broker CPU microseconds per request.
+  (librdkafka's own count of requests sent), broker CPU microseconds per request;
+* ``latency``: one producer sending ``--rate`` records/s (default 1000) one per request over 6 partitions and
+  one consumer long-polling them: broker cores, end-to-end latency p50/p99 (ms, from the record timestamp),
+  fetch responses per second.
 
-Usage: ``python bench/request_cost.py [--case single|many|both] [--python PATH]`` (``--python``: the
+Usage: ``python bench/request_cost.py [--case single|many|latency|both] [--python PATH]`` (``--python``: the
 interpreter whose kbroker is measured, e.g. another checkout's venv). Not a test: nothing asserts on speed.
 """
 
@@ -102,9 +105,56 @@ def many(broker: KbrokerProcess, producers: int, partitions: int, seconds: float
             "broker_cores": (cpu1 - cpu0) / (t1 - t0), "broker_us_per_request": (cpu1 - cpu0) / requests * 1e6}
 
 
+def latency(broker: KbrokerProcess, rate: int, seconds: float) -> dict[str, float]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    create(broker.bootstrap, "cost-latency", 6)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "cost-latency", "enable.auto.commit": False,
+                  "fetch.wait.max.ms": 500, "statistics.interval.ms": 500,
+                  "stats_cb": lambda raw: fetches.__setitem__(0, sum(b.get("rx", 0) for b in json.loads(raw).get(
+                      "brokers", {}).values()))})
+    fetches = [0]
+    c.assign([TopicPartition("cost-latency", p, 0) for p in range(6)])
+    lat: list[float] = []
+    stop = threading.Event()
+
+    def consume() -> None:
+        while not stop.is_set():
+            m = c.poll(0.1)
+            if m is not None and not m.error():
+                lat.append(time.time() * 1000 - m.timestamp()[1])
+        c.close()
+
+    t = threading.Thread(target=consume)
+    t.start()
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "acks": 1})
+    interval = 1.0 / rate
+    time.sleep(1.0)
+    cpu0, t0, f0, sent = cpu_seconds(broker.pid), time.monotonic(), fetches[0], 0
+    nxt = t0
+    while time.monotonic() - t0 < seconds:
+        p.produce("cost-latency", VALUE, partition=sent % 6)
+        p.poll(0)
+        sent += 1
+        nxt += interval
+        delay = nxt - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    took, cpu, f1 = time.monotonic() - t0, cpu_seconds(broker.pid) - cpu0, fetches[0]
+    p.flush(10)
+    time.sleep(1.0)
+    stop.set()
+    t.join()
+    lat.sort()
+    pick = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]) if lat else (lambda q: float("nan"))
+    return {"records_per_s": sent / took, "broker_cores": cpu / took, "e2e_p50_ms": pick(0.5),
+            "e2e_p99_ms": pick(0.99), "responses_per_s": (f1 - f0) / took}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", choices=["single", "many", "both"], default="both")
+    ap.add_argument("--case", choices=["single", "many", "latency", "both"], default="both")
+    ap.add_argument("--rate", type=int, default=1000, help="records/s of the latency case")
     ap.add_argument("--requests", type=int, default=5000, help="requests of the single case")
     ap.add_argument("--producers", type=int, default=50)
     ap.add_argument("--partitions", type=int, default=10)
@@ -119,6 +169,9 @@ def main() -> int:
             if args.case in ("many", "both"):
                 got = many(broker, args.producers, args.partitions, args.seconds)
                 print("many:", {k: round(v, 2) for k, v in got.items()}, flush=True)
+            if args.case == "latency":
+                got = latency(broker, args.rate, args.seconds)
+                print("latency:", {k: round(v, 3) for k, v in got.items()}, flush=True)
         finally:
             broker.stop()
     return 0

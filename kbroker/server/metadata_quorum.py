@@ -131,7 +131,8 @@ class MetadataQuorum:
                               for i, (h, p) in self.static_voters.items()])
         self.client = RaftClient(self.node_id, static, raft_log, store, random.Random(), now,
                                  self.raft_config, on_commit=self._on_commit, on_snapshot=self._on_snapshot,
-                                 bootstrap=tuple(sorted(self.bootstrap, reverse=True)))
+                                 bootstrap=tuple(sorted(self.bootstrap, reverse=True)),
+                                 directory_id=self.own_voter().directory_id)
         self.manager = RaftManager(self.client, c.cluster_id, self.endpoint,
                                    request_timeout_ms=self.raft_config.request_timeout_ms,
                                    own_endpoint=self._own_controller_endpoint(),

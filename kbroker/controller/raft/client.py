@@ -120,6 +120,7 @@ class ReplicaState:
 
     end_offset: int = -1
     last_fetch_ms: int = -(2**62)
+    directory_id: bytes = bytes(16)
 
 
 class NotLeaderError(RuntimeError):
@@ -149,8 +150,10 @@ class RaftClient:
                  store: ElectionStore, rng: random.Random, now: int, config: RaftConfig | None = None,
                  on_commit: Callable[[int], None] | None = None,
                  on_snapshot: Callable[[tuple[int, int]], None] | None = None,
-                 bootstrap: tuple[int, ...] = ()) -> None:
+                 bootstrap: tuple[int, ...] = (), directory_id: bytes = bytes(16)) -> None:
         self.node_id = node_id
+        self.directory_id = directory_id
+        """This replica's metadata directory id, sent with its fetches (KIP-853)."""
         self.static_voters = voters if isinstance(voters, VoterSet) else VoterSet.of([Voter(v) for v in voters])
         """The voters until the log names others (``controller.quorum.voters``)."""
         self.bootstrap = bootstrap
@@ -546,7 +549,7 @@ class RaftClient:
         else:
             self.outbox.append((dst, FetchRequest(self.node_id, self.epoch, self.log.end_offset,
                                                   self.log.last_epoch, self.cfg.fetch_max_entries,
-                                                  self._correlation)))
+                                                  self._correlation, self.directory_id)))
         self._fetch_inflight_until = now + self.cfg.request_timeout_ms
 
     # ------------------------------------------------------------------ handlers
@@ -670,6 +673,7 @@ class RaftClient:
             replica = self._replicas[req.src] = ReplicaState()  # an observer
         replica.end_offset = max(replica.end_offset, req.fetch_offset)
         replica.last_fetch_ms = now
+        replica.directory_id = req.directory_id
         self._begin_pending.discard(req.src)
         self._maybe_advance_high_watermark()
         entries = tuple(self.log.read(req.fetch_offset, req.max_entries))

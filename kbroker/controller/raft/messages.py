@@ -68,6 +68,8 @@ class FetchRequest:
     max_entries: int = 100
     correlation_id: int = 0
     """Answered in the response; only the answer to the fetch in flight is taken (the wire's correlation id)."""
+    directory_id: bytes = bytes(16)
+    """The fetching replica's metadata directory id (KIP-853 ``ReplicaDirectoryId``; zeros when unknown)."""
 
 
 @dataclass(frozen=True, slots=True)

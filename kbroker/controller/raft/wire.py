@@ -88,7 +88,8 @@ def encode_request(msg: Any, cluster_id: str, dst: int, max_bytes: int = 8 * 102
             replica_id=msg.src, replica_epoch=-1), max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
             topics=[FetchRequest.FetchTopic(topic_id=METADATA_TOPIC_ID, partitions=[FetchRequest.FetchPartition(
                 partition=0, current_leader_epoch=msg.epoch, fetch_offset=msg.fetch_offset,
-                last_fetched_epoch=msg.last_fetched_epoch, partition_max_bytes=max_bytes)])])
+                last_fetched_epoch=msg.last_fetched_epoch, partition_max_bytes=max_bytes,
+                replica_directory_id=msg.directory_id)])])
     elif isinstance(msg, rm.FetchSnapshotRequest):
         req = FetchSnapshotRequest(cluster_id=cluster_id, replica_id=msg.src, max_bytes=msg.max_bytes, topics=[
             FetchSnapshotRequest.TopicSnapshot(name=METADATA_TOPIC, partitions=[FetchSnapshotRequest.PartitionSnapshot(
@@ -119,7 +120,8 @@ def decode_request(req: Any, cluster_id: str, correlation_id: int = 0) -> Any:
         p = _one_partition(req.topics, "topic_id")
         replica = req.replica_state.replica_id if req.replica_state.replica_id >= 0 else req.replica_id
         return rm.FetchRequest(replica, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch,
-                               max_entries=1 << 30, correlation_id=correlation_id)
+                               max_entries=1 << 30, correlation_id=correlation_id,
+                               directory_id=bytes(p.replica_directory_id))
     if isinstance(req, FetchSnapshotRequest):
         p = _one_partition(req.topics, "name")
         return rm.FetchSnapshotRequest(req.replica_id, p.current_leader_epoch, p.snapshot_id.end_offset,

@@ -144,6 +144,7 @@ def _fill_from_quorum(quorum, part, now_ms: int, v2: bool) -> None:
             continue
         fetched = now_ms - (mono_now - r.last_fetch_ms)
         observers.append(DescribeQuorumResponse.ReplicaState(
-            replica_id=o, log_end_offset=r.end_offset, last_fetch_timestamp=fetched,
+            replica_id=o, replica_directory_id=r.directory_id, log_end_offset=r.end_offset,
+            last_fetch_timestamp=fetched,
             last_caught_up_timestamp=fetched if r.end_offset >= client.high_watermark else -1))
     part.observers = observers
