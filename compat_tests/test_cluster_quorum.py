@@ -21,19 +21,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests import wire
-from kbroker.testing.cluster import KbrokerCluster
+from kbroker.testing.cluster import KbrokerCluster, wait_until
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def wait_until(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def metadata_of(node) -> tuple[set[int], dict[str, dict[int, int]]]:

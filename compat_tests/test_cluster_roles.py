@@ -24,22 +24,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kbroker.testing.cluster import KbrokerCluster, metadata_brokers, quorum_leader
+from kbroker.testing.cluster import KbrokerCluster, metadata_brokers, quorum_leader, wait_until
 
 pytestmark = pytest.mark.timeout(400)
 
 FAST_FENCING = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500"}
-
-
-def wait_until(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = cond()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 @pytest.fixture

@@ -18,24 +18,13 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbroker.controller.snapshot import SnapshotStore, decode_snapshot, load_image
-from kbroker.testing.cluster import KbrokerCluster, quorum_leader
+from kbroker.testing.cluster import KbrokerCluster, quorum_leader, wait_until
 
 pytestmark = pytest.mark.timeout(400)
 
 SNAPSHOT_OFTEN = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500",
                   "metadata.log.max.record.bytes.between.snapshots": "4096", "metadata.max.retention.bytes": "0",
                   "metadata.log.segment.bytes": "8192"}
-
-
-def wait_until(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = cond()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 def metadata_dir(node):

@@ -318,7 +318,7 @@ class QuorumController:
                 # committed (apply_committed).
                 loaded = self._load_latest_snapshot()
                 self._image = self._committed = loaded[0] if loaded else MetadataImage.empty(self.cluster_id)
-                self.loaded_snapshot_end = loaded[1] if loaded else 0
+                self.loaded_snapshot_end = loaded[1][0] if loaded else 0
                 self._started = True
                 log.info("metadata controller opened the log for the quorum %s: cluster %s, node %d",
                          sorted(self.quorum_voters), self.cluster_id, self.node_id)
@@ -471,14 +471,14 @@ class QuorumController:
         self._last_snapshot_ms = self._now_ms()
 
     # ---- snapshots (KIP-630) ----
-    def _load_latest_snapshot(self) -> tuple[MetadataImage, int] | None:
-        """The image of the latest snapshot and its end offset, or None. Raises MetadataStorageError for a damaged
+    def _load_latest_snapshot(self) -> tuple[MetadataImage, tuple[int, int]] | None:
+        """The image of the latest snapshot and its id ``(end offset, epoch)``, or None. Raises MetadataStorageError for a damaged
         snapshot (snapshots are written whole and renamed into place: damage is no crash's doing)."""
         assert self.snapshots is not None
         latest = self.snapshots.latest()
         if latest is None:
             return None
-        return self._read_snapshot(latest), latest[0]
+        return self._read_snapshot(latest), latest
 
     def _read_snapshot(self, snapshot_id: tuple[int, int]) -> MetadataImage:
         assert self.snapshots is not None
@@ -581,8 +581,8 @@ class QuorumController:
         loaded = self._load_latest_snapshot()
         delta = MetadataDelta(loaded[0] if loaded else MetadataImage.empty(self.cluster_id))
         pending: list[tuple[Any, int]] | None = None
-        last_epoch = self.snapshots.latest()[1] if loaded and self.snapshots else -1  # type: ignore[index]
-        for batch in self._read_batches(loaded[1] if loaded else 0):
+        last_epoch = loaded[1][1] if loaded else -1
+        for batch in self._read_batches(loaded[1][0] if loaded else 0):
             last_epoch = max(last_epoch, batch.partition_leader_epoch)
             if batch.is_control:
                 if pending is None:

@@ -148,3 +148,30 @@ class NodeChannel:
         except (OSError, asyncio.IncompleteReadError, NodeRequestError, codec.DecodeError) as exc:
             self._drop(f"connection to node {self.node_id} lost: {exc or type(exc).__name__}",
                        peer_gone=isinstance(exc, (ConnectionResetError, asyncio.IncompleteReadError)))
+
+
+class BrokerChannels:
+    """Channels to other brokers on their ``listener`` (``inter.broker.listener.name``), at the address their
+    registration in the metadata image names: one per (node, host, port), kept open and reused."""
+
+    def __init__(self, client_id: str, listener: str) -> None:
+        self.client_id = client_id
+        self.listener = listener
+        self._channels: dict[tuple[int, str, int], NodeChannel] = {}
+
+    def get(self, image: Any, node_id: int) -> NodeChannel | None:
+        """The channel to broker ``node_id``; None when it is not registered, fenced or has no listener."""
+        reg = image.brokers.get(node_id)
+        ep = (reg.endpoint(self.listener) or (reg.endpoints[0] if reg.endpoints else None)) if reg is not None else None
+        if ep is None or reg.fenced:
+            return None
+        key = (node_id, ep.host, ep.port)
+        ch = self._channels.get(key)
+        if ch is None:
+            ch = self._channels[key] = NodeChannel(node_id, ep.host, ep.port, self.client_id)
+        return ch
+
+    async def close(self) -> None:
+        for ch in self._channels.values():
+            await ch.close()
+        self._channels.clear()

@@ -19,7 +19,7 @@ from kbroker.coordinator.runtime import partition_for
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages.add_partitions_to_txn_request import AddPartitionsToTxnRequest
-from kbroker.server.inter_node import NodeChannel, NodeRequestError
+from kbroker.server.inter_node import BrokerChannels, NodeRequestError
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class RemoteTxnVerifier:
     def __init__(self, broker: Any, timeout_s: float = 5.0) -> None:
         self.broker = broker
         self.timeout_s = timeout_s
-        self._channels: dict[tuple[int, str, int], NodeChannel] = {}
+        self._channels = BrokerChannels(f"kbroker-{broker.node_id}", broker.config.get("inter.broker.listener.name"))
 
     def coordinator_of(self, transactional_id: str) -> int:
         """The broker that coordinates ``transactional_id`` now (-1: unknown)."""
@@ -54,15 +54,9 @@ class RemoteTxnVerifier:
         if leader == self.broker.node_id:
             # this broker leads the partition but its coordinator has not loaded it yet
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        reg = self.broker.controller.image.brokers.get(leader)
-        name = self.broker.config.get("inter.broker.listener.name")
-        ep = (reg.endpoint(name) or (reg.endpoints[0] if reg.endpoints else None)) if reg is not None else None
-        if ep is None or reg.fenced:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        key = (leader, ep.host, ep.port)
-        ch = self._channels.get(key)
+        ch = self._channels.get(self.broker.controller.image, leader)
         if ch is None:
-            ch = self._channels[key] = NodeChannel(leader, ep.host, ep.port, f"kbroker-{self.broker.node_id}")
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         req = AddPartitionsToTxnRequest(transactions=[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
             verify_only=True, topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=tp[0],
@@ -80,6 +74,4 @@ class RemoteTxnVerifier:
             return ErrorCode.UNKNOWN_SERVER_ERROR
 
     async def close(self) -> None:
-        for ch in self._channels.values():
-            await ch.close()
-        self._channels.clear()
+        await self._channels.close()

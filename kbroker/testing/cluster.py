@@ -40,7 +40,7 @@ from typing import Any, Mapping
 from kbroker.testing.plugin import (BrokerStartError, KbrokerProcess, api_versions_probe, free_port,
                                     tcp_connectable)
 
-__all__ = ["ControllerProcess", "KbrokerCluster"]
+__all__ = ["ControllerProcess", "KbrokerCluster", "wait_until"]
 
 
 def _cluster_id() -> str:
@@ -325,6 +325,19 @@ def ask(host: str, port: int, api_key: int, version: int, request: Any, response
     pos = codec._skip_tagged(frame, 4)  # correlation id, then the flexible response header's tags
     resp, _ = codec.decode(response_cls, frame, version, pos)
     return resp
+
+
+def wait_until(cond: Any, timeout: float, what: str) -> Any:
+    """Call ``cond()`` every 0.2 s until it returns something true (returned) or ``timeout`` seconds pass
+    (AssertionError naming ``what`` and the last value)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = cond()
+        if last:
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
 def quorum_leader(host: str, port: int, timeout: float = 5.0) -> int:

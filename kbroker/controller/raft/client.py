@@ -647,14 +647,9 @@ class RaftClient:
                                                        req.fetch_offset, correlation_id=req.correlation_id,
                                                        **kw)))  # type: ignore[arg-type]
 
-        if self.state is not S.LEADER:
-            answer("NOT_LEADER_OR_FOLLOWER")
-            return
-        if req.epoch < self.epoch:
-            answer("FENCED_LEADER_EPOCH")
-            return
-        if req.epoch > self.epoch:
-            answer("UNKNOWN_LEADER_EPOCH")
+        error = self._fetch_epoch_error(req.epoch)
+        if error:
+            answer(error)
             return
         start = self.log.log_start_offset
         if start > 0 and req.fetch_offset < start:
@@ -668,9 +663,7 @@ class RaftClient:
             if epoch != req.last_fetched_epoch or req.fetch_offset > end:
                 answer("NONE", high_watermark=self.high_watermark, diverging_epoch=epoch, diverging_end_offset=end)
                 return
-        replica = self._replicas.get(req.src)
-        if replica is None:
-            replica = self._replicas[req.src] = ReplicaState()  # an observer
+        replica = self._replica(req.src)
         replica.end_offset = max(replica.end_offset, req.fetch_offset)
         replica.last_fetch_ms = now
         replica.directory_id = req.directory_id
@@ -679,13 +672,28 @@ class RaftClient:
         entries = tuple(self.log.read(req.fetch_offset, req.max_entries))
         answer("NONE", high_watermark=self.high_watermark, entries=entries)
 
+    def _fetch_epoch_error(self, epoch: int) -> str:
+        """Why a Fetch / FetchSnapshot in ``epoch`` is refused here ("" when this replica leads that epoch)."""
+        if self.state is not S.LEADER:
+            return "NOT_LEADER_OR_FOLLOWER"
+        if epoch < self.epoch:
+            return "FENCED_LEADER_EPOCH"
+        if epoch > self.epoch:
+            return "UNKNOWN_LEADER_EPOCH"
+        return ""
+
+    def _replica(self, node_id: int) -> ReplicaState:
+        """What this leader knows of ``node_id`` (a voter, or an observer from its first fetch on)."""
+        replica = self._replicas.get(node_id)
+        if replica is None:
+            replica = self._replicas[node_id] = ReplicaState()
+        return replica
+
     def _answer_with_snapshot(self, req: FetchRequest, answer: Callable[..., None], now: int) -> None:
         snap = self.log.latest_snapshot_id()
         if snap is None or snap[0] < self.log.log_start_offset:  # cannot happen: the log starts at a snapshot
             raise AssertionError(f"node {self.node_id}: log starts at {self.log.log_start_offset} without a snapshot")
-        replica = self._replicas.get(req.src)
-        if replica is None:
-            replica = self._replicas[req.src] = ReplicaState()
+        replica = self._replica(req.src)
         replica.last_fetch_ms = now
         answer("NONE", high_watermark=self.high_watermark, snapshot_end_offset=snap[0], snapshot_epoch=snap[1])
 
@@ -695,14 +703,9 @@ class RaftClient:
                 self.node_id, self.epoch, self.leader_id, error, req.snapshot_end_offset, req.snapshot_epoch,
                 correlation_id=req.correlation_id, **kw)))  # type: ignore[arg-type]
 
-        if self.state is not S.LEADER:
-            answer("NOT_LEADER_OR_FOLLOWER")
-            return
-        if req.epoch < self.epoch:
-            answer("FENCED_LEADER_EPOCH")
-            return
-        if req.epoch > self.epoch:
-            answer("UNKNOWN_LEADER_EPOCH")
+        error = self._fetch_epoch_error(req.epoch)
+        if error:
+            answer(error)
             return
         snap = (req.snapshot_end_offset, req.snapshot_epoch)
         size = self.log.snapshot_size(snap)
@@ -712,9 +715,7 @@ class RaftClient:
         if not 0 <= req.position <= size:
             answer("POSITION_OUT_OF_RANGE")
             return
-        replica = self._replicas.get(req.src)
-        if replica is None:
-            replica = self._replicas[req.src] = ReplicaState()
+        replica = self._replica(req.src)
         replica.last_fetch_ms = now  # a voter fetching a snapshot is alive (check-quorum)
         data = self.log.read_snapshot(snap, req.position, max(1, req.max_bytes))
         answer("NONE", size=size, position=req.position, data=data)

@@ -31,7 +31,7 @@ from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse as R
 from kbroker.protocol.records import ControlType, build_control_batch
-from kbroker.server.inter_node import NodeChannel, NodeRequestError
+from kbroker.server.inter_node import BrokerChannels, NodeChannel, NodeRequestError
 from kbroker.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
@@ -49,22 +49,16 @@ class RemoteMarkers:
     def __init__(self, broker) -> None:  # noqa: ANN001
         self.broker = broker
         self._pending: dict[tuple[int, str, int, int, int, bool], asyncio.Task[int]] = {}
-        self._channels: dict[tuple[int, str, int], NodeChannel] = {}
+        self._channels = BrokerChannels(f"kbroker-{broker.node_id}", broker.config.get("inter.broker.listener.name"))
 
     def write(self, leader: int, topic: str, partition: int, producer_id: int, producer_epoch: int,
               coordinator_epoch: int, commit: bool) -> int:
         key = (leader, topic, partition, producer_id, producer_epoch, commit)
         task = self._pending.get(key)
         if task is None:
-            reg = self.broker.controller.image.brokers.get(leader)
-            name = self.broker.config.get("inter.broker.listener.name")
-            ep = (reg.endpoint(name) or (reg.endpoints[0] if reg.endpoints else None)) if reg is not None else None
-            if ep is None or reg.fenced:
-                return ErrorCode.NOT_LEADER_OR_FOLLOWER
-            ch_key = (leader, ep.host, ep.port)
-            ch = self._channels.get(ch_key)
+            ch = self._channels.get(self.broker.controller.image, leader)
             if ch is None:
-                ch = self._channels[ch_key] = NodeChannel(leader, ep.host, ep.port, f"kbroker-{self.broker.node_id}")
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER
             req = WriteTxnMarkersRequest(markers=[WriteTxnMarkersRequest.WritableTxnMarker(
                 producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
                 coordinator_epoch=coordinator_epoch, topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(
@@ -91,9 +85,7 @@ class RemoteMarkers:
         for task in self._pending.values():
             task.cancel()
         self._pending.clear()
-        for ch in self._channels.values():
-            await ch.close()
-        self._channels.clear()
+        await self._channels.close()
 
 
 def write_marker(broker, topic: str, partition: int, producer_id: int, producer_epoch: int,
