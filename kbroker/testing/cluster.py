@@ -27,13 +27,11 @@ Every wait is bounded (``timeout`` seconds) and raises on expiry.
 
 from __future__ import annotations
 
-import base64
 import os
 import signal
 import socket
 import struct
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -44,7 +42,11 @@ __all__ = ["ControllerProcess", "KbrokerCluster", "wait_until"]
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A random cluster id as ``kbroker-storage random-uuid`` makes it (never starting with ``-``, which a
+    command line would take for an option)."""
+    from kbroker.controller.uuids import random_uuid, uuid_to_str
+
+    return uuid_to_str(random_uuid())
 
 
 class ControllerProcess(KbrokerProcess):
