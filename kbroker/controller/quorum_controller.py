@@ -144,6 +144,10 @@ MAX_TOPIC_NAME_LENGTH = 249
 _LEADER_CHANGE_KEY = struct.pack(">hh", 0, 2)
 
 
+PARTITION_CHANGES_PER_BATCH = 50
+"""PartitionChangeRecords per metadata batch when a broker's fencing, shutdown or return moves many partitions."""
+
+
 class MetadataStorageError(RuntimeError):
     """The metadata directories are inconsistent with each other or with the configuration."""
 
@@ -817,7 +821,8 @@ class QuorumController:
             if reg.fenced:
                 return False
             log.info("broker %d is shutting down: fencing it and moving its leaderships", broker_id)
-            self._commit([FenceBrokerRecord(id=broker_id, epoch=broker_epoch), *self._leaders_without(broker_id)])
+            self._commit_partition_changes([FenceBrokerRecord(id=broker_id, epoch=broker_epoch)],
+                                           self._leaders_without(broker_id))
             self._heartbeats.pop(broker_id, None)
             return True
 
@@ -833,8 +838,9 @@ class QuorumController:
             if reg is None:
                 raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED, f"Broker ID {broker_id} is not registered.")
             log.info("unregistering broker %d", broker_id)
-            self._commit([UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=reg.broker_epoch),
-                          *self._leaders_without(broker_id)])
+            self._commit_partition_changes(
+                [UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=reg.broker_epoch)],
+                self._leaders_without(broker_id))
             self._heartbeats.pop(broker_id, None)
 
     def fence_stale_brokers(self, now_ms: int, session_timeout_ms: int) -> list[int]:
@@ -853,22 +859,96 @@ class QuorumController:
                 if now_ms - last <= session_timeout_ms:
                     continue
                 log.info("fencing broker %d: no heartbeat for %d ms", b.node_id, now_ms - last)
-                self._commit([FenceBrokerRecord(id=b.node_id, epoch=b.broker_epoch),
-                              *self._leaders_without(b.node_id)])
+                self._commit_partition_changes([FenceBrokerRecord(id=b.node_id, epoch=b.broker_epoch)],
+                                               self._leaders_without(b.node_id))
                 fenced.append(b.node_id)
         return fenced
 
-    def _leaders_without(self, broker_id: int) -> list[PartitionChangeRecord]:
+    def _leaders_without(self, broker_id: int, rejoining: bool = False) -> list[PartitionChangeRecord]:
+        """Records that take a fenced or departing broker out of every ISR it is in (unless it is the last member:
+        Kafka keeps the last in-sync replica so that it can lead again when it is back) and move the leadership
+        of its partitions to another live in-sync replica (none: leader -1, the partition is offline).
+        ``rejoining``: a new incarnation of the broker registers (it was not shut down cleanly, Kafka's
+        ``handleBrokerUncleanShutdown``): where it is the last in-sync replica it leads again, in a new epoch."""
         image = self.latest_image
         live = {b.node_id for b in image.live_brokers()} - {broker_id}
         out = []
         for topic in image.topics_by_name.values():
             for p in topic.partitions.values():
-                if p.leader != broker_id:
+                in_isr = broker_id in p.isr
+                if p.leader != broker_id and not in_isr:
                     continue
-                new = next((r for r in p.isr if r in live), -1)
-                out.append(PartitionChangeRecord(topic_id=topic.topic_id, partition_id=p.partition_id, leader=new))
+                isr = [r for r in p.isr if r != broker_id] if in_isr and len(p.isr) > 1 else list(p.isr)
+                rec = PartitionChangeRecord(topic_id=topic.topic_id, partition_id=p.partition_id)
+                if isr != list(p.isr):
+                    rec.isr = isr
+                if p.leader == broker_id:
+                    rec.leader = next((r for r in isr if r in live), broker_id if rejoining and isr == [broker_id] else -1)
+                out.append(rec)
         return out
+
+    def _commit_partition_changes(self, first: list[Any], changes: list[PartitionChangeRecord]) -> None:
+        """Commit ``first`` with as many of ``changes`` as fit one small batch, then the rest in batches of
+        :data:`PARTITION_CHANGES_PER_BATCH` (a broker in thousands of ISRs must not make one batch larger than a
+        metadata log segment). Every batch is valid on its own; they are not one atomic change."""
+        n = PARTITION_CHANGES_PER_BATCH
+        self._commit([*first, *changes[:n]])
+        for i in range(n, len(changes), n):
+            self._commit(changes[i:i + n])
+
+    def alter_partition(self, broker_id: int, broker_epoch: int,
+                        changes: Sequence[tuple[bytes, int, int, int, list[int]]]) -> list[tuple[int, Any]]:
+        """AlterPartition (KIP-497): a partition leader asks to change its ISR. ``changes`` are (topic id,
+        partition, leader epoch, partition epoch, new ISR); returns one (error code, PartitionImage after the
+        change or None) per change, in order. The records are appended here and answered once committed.
+
+        Per partition, as Kafka's controller: UNKNOWN_TOPIC_ID / UNKNOWN_TOPIC_OR_PARTITION; INVALID_REQUEST when
+        the sender is not the leader or the ISR leaves out the leader or names a non-replica; FENCED_LEADER_EPOCH
+        for an older leader epoch, NOT_CONTROLLER for a newer one (this controller is behind);
+        INVALID_UPDATE_VERSION when the partition epoch is not the current one (another change came first);
+        INELIGIBLE_REPLICA when a new member is fenced or not registered. Raises ``KafkaError``: NOT_CONTROLLER,
+        BROKER_ID_NOT_REGISTERED, STALE_BROKER_EPOCH (the whole request)."""
+        with self._lock:
+            if self.raft_mode and not self.is_active:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, f"node {self.node_id} is not the active controller")
+            self._registration(broker_id, broker_epoch)
+            image = self.latest_image
+            records: list[PartitionChangeRecord] = []
+            planned: list[tuple[int, Any]] = []
+            for topic_id, partition_id, leader_epoch, partition_epoch, new_isr in changes:
+                topic = image.topics_by_id.get(topic_id)
+                p = topic.partitions.get(partition_id) if topic is not None else None
+                if topic is None:
+                    planned.append((ErrorCode.UNKNOWN_TOPIC_ID, None))
+                elif p is None:
+                    planned.append((ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None))
+                elif p.leader != broker_id:
+                    planned.append((ErrorCode.INVALID_REQUEST, None))
+                elif leader_epoch < p.leader_epoch:
+                    planned.append((ErrorCode.FENCED_LEADER_EPOCH, None))
+                elif leader_epoch > p.leader_epoch:
+                    planned.append((ErrorCode.NOT_CONTROLLER, None))
+                elif partition_epoch != p.partition_epoch:
+                    planned.append((ErrorCode.INVALID_UPDATE_VERSION, None))
+                elif (broker_id not in new_isr or len(set(new_isr)) != len(new_isr)
+                      or any(r not in p.replicas for r in new_isr)):
+                    planned.append((ErrorCode.INVALID_REQUEST, None))
+                elif any(r not in p.isr and (image.brokers.get(r) is None or image.brokers[r].fenced)
+                         for r in new_isr):
+                    planned.append((ErrorCode.INELIGIBLE_REPLICA, None))
+                elif sorted(new_isr) == sorted(p.isr):
+                    planned.append((ErrorCode.NONE, p))
+                else:
+                    records.append(PartitionChangeRecord(topic_id=topic_id, partition_id=partition_id,
+                                                         isr=list(new_isr)))
+                    planned.append((ErrorCode.NONE, (topic_id, partition_id)))
+            after = self._commit(records) if records else image
+            out: list[tuple[int, Any]] = []
+            for code, what in planned:
+                if isinstance(what, tuple):
+                    what = after.topics_by_id[what[0]].partitions[what[1]]
+                out.append((code, what))
+            return out
 
     def _leaders_for_unfenced(self, broker_id: int) -> list[PartitionChangeRecord]:
         image = self.latest_image
@@ -917,6 +997,7 @@ class QuorumController:
                 rack = self.config.get("broker.rack").strip() or None
                 log_dirs = self._data_dir_ids()
             existing = self.latest_image.brokers.get(broker_id)
+            unclean: list[Any] = []
             if existing is not None and existing.incarnation_id != incarnation_id:
                 last = self._heartbeats.get(broker_id)
                 if (self.raft_mode and remote and not existing.fenced and last is not None and now_ms is not None
@@ -926,6 +1007,11 @@ class QuorumController:
                     raise KafkaError(ErrorCode.DUPLICATE_BROKER_REGISTRATION,
                                      f"another incarnation of broker {broker_id} is registered and heartbeating")
                 log.info("broker %d registers again (new incarnation)", broker_id)
+                if self.raft_mode:
+                    # the old incarnation may have died holding leaderships and ISR places whose data the new one
+                    # may not have (a wiped directory): out of every ISR, leaderships to other in-sync replicas,
+                    # before the new registration, as Kafka does for a broker that did not shut down cleanly
+                    unclean = self._leaders_without(broker_id, rejoining=True)
             # Kafka's broker epoch is the registration's offset
             broker_epoch = self.raft_end_offset() if self.raft_mode and self.raft_end_offset else \
                 self._log.log_end_offset
@@ -945,6 +1031,8 @@ class QuorumController:
                 cordoned_log_dirs=[],
             )
             unfence = BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=broker_epoch, fenced=-1)
+            for i in range(0, len(unclean), PARTITION_CHANGES_PER_BATCH):
+                self._commit(unclean[i:i + PARTITION_CHANGES_PER_BATCH])
             records: list[Any] = [reg, unfence]
             if self.raft_mode:
                 records += self._leaders_for_unfenced(broker_id)

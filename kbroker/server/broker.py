@@ -217,18 +217,19 @@ class Broker:
             return t is not None and partition in t.partitions and (topic_id is None or topic_id == t.topic_id)
 
         self.log_manager.mark_strays(known)
-        if self.is_broker:
-            self.replica_manager.apply_image(self.controller.image)
-            self.controller.add_listener(self.replica_manager.on_metadata_update)
-            self.controller.add_listener(self._apply_config_changes)
-            self.group_coordinator.startup()  # loads __consumer_offsets partitions; follows metadata changes
-            self.transaction_coordinator.startup()  # loads __transaction_state; finishes prepared transactions
+        cluster_broker = self.is_broker and self.metadata_quorum is not None
+        if self.is_broker and not cluster_broker:
+            self._start_partitions()
         freeze_long_lived("start-up")  # partitions loaded at start-up stay out of full collections
         loop = asyncio.get_running_loop()
         await self._start_metrics()
+        deferred = []
         for lst in self.config.listeners:
             if lst.name not in self.bound_ports:
-                await self._bind(lst)
+                # a broker of a cluster serves clients only once registered (below), as Kafka's brokers do
+                await self._bind(lst, start_serving=not cluster_broker)
+                if cluster_broker:
+                    deferred.append(self.servers[-1])
         from kbroker.controller.image import Endpoint
 
         endpoints = [Endpoint(lst.name, lst.host, self.bound_ports.get(lst.name, lst.port),
@@ -237,6 +238,15 @@ class Broker:
         if self.metadata_quorum is not None:
             if self.is_broker:
                 self._tasks.append(loop.create_task(self.metadata_quorum.broker_lifecycle(endpoints)))
+                # Until this incarnation is registered (a previous one may still hold a live session: the
+                # controller answers DUPLICATE_BROKER_REGISTRATION until it expires, then fences it and moves its
+                # leaderships and ISR memberships away) the image may name this broker a leader or in-sync
+                # replica of data a wiped directory no longer has: nothing is hosted or served before that.
+                await self.metadata_quorum.wait_registered()
+                self._start_partitions()
+                self._start_replication()
+                for server in deferred:
+                    await server.start_serving()
         elif any(lst.port == 0 for lst in self.config.advertised_listeners):
             # ephemeral ports are known only now: register the endpoints clients must use
             self.controller.register_broker(endpoints)
@@ -247,12 +257,58 @@ class Broker:
         log.info("started (kbroker node %d, cluster %s, listeners %s)", self.node_id,
                  self.controller.image.cluster_id, ports)
 
-    async def _bind(self, lst: Any) -> None:
+    def _start_partitions(self) -> None:
+        """Host the partitions the image assigns to this broker, and the coordinators on them."""
+        self.replica_manager.apply_image(self.controller.image)
+        self.controller.add_listener(self.replica_manager.on_metadata_update)
+        self.controller.add_listener(self._apply_config_changes)
+        self.group_coordinator.startup()  # loads __consumer_offsets partitions; follows metadata changes
+        self.transaction_coordinator.startup()  # loads __transaction_state; finishes prepared transactions
+
+    def _start_replication(self) -> None:
+        """Followers fetch from their leaders; leaders send ISR changes to the active controller (a cluster)."""
+        from kbroker.server.alter_partition_manager import AlterPartitionManager
+        from kbroker.server.inter_node import BrokerChannels
+        from kbroker.server.replica_fetcher import FetcherSettings, ReplicaFetcherManager
+
+        channels = BrokerChannels(f"kbroker-{self.node_id}-replica-fetcher", self.config.get("inter.broker.listener.name"))
+        fetchers = ReplicaFetcherManager(self.node_id, channels, lambda: self.controller.image, self.broker_epoch,
+                                         FetcherSettings.from_config(self.config))
+        alter = AlterPartitionManager(self.node_id, self.broker_epoch, self._send_alter_partition,
+                                      self._broker_epoch_of)
+        self.replica_manager.start_replication(fetchers, alter)
+
+    def _broker_epoch_of(self, node_id: int) -> int:
+        reg = self.controller.image.brokers.get(node_id)
+        return reg.broker_epoch if reg is not None else -1
+
+    def broker_epoch(self) -> int:
+        """This broker's epoch: its registration's, once the committed image shows this incarnation (else -1)."""
+        reg = self.controller.image.brokers.get(self.node_id)
+        if reg is None or reg.incarnation_id != self.controller.incarnation_id:
+            return -1
+        return reg.broker_epoch
+
+    async def _send_alter_partition(self, request: Any) -> Any:
+        """An AlterPartition to the active controller: in-process when it is this node."""
+        from kbroker.protocol.api_keys import ApiKey
+        from kbroker.server.handlers.alter_partition import alter_partition
+        from kbroker.server.inter_node import NodeRequestError
+
+        mq = self.metadata_quorum
+        if self.controller.is_active:
+            return await alter_partition(self, request)
+        leader = mq.leader_id
+        if leader < 0:
+            raise NodeRequestError("no active controller known")
+        return await mq._controller_channel(leader).request(ApiKey.ALTER_PARTITION, 3, request, mq.request_timeout_s)
+
+    async def _bind(self, lst: Any, start_serving: bool = True) -> None:
         loop = asyncio.get_running_loop()
         try:
             server = await loop.create_server(
                 lambda name=lst.name: KafkaConnection(self, name), host=lst.host or None, port=lst.port,
-                reuse_address=True, backlog=1024)
+                reuse_address=True, backlog=1024, start_serving=start_serving)
         except OSError as exc:
             reason = (exc.strerror or str(exc)).rsplit(": ", 1)[-1].lower()
             raise ListenerBindError(f"listener {lst.name} cannot bind {lst.host or '0.0.0.0'}:{lst.port}: "
@@ -379,6 +435,7 @@ class Broker:
                 pass
         if self.metrics is not None:
             await self.metrics.close()
+        await self.replica_manager.stop_replication()
         if self.is_broker:
             self.transaction_coordinator.shutdown()
             self.group_coordinator.shutdown()

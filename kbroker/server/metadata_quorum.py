@@ -511,6 +511,21 @@ class MetadataQuorum:
             await self._register(endpoints)
             await self._heartbeat_until_stale()
 
+    async def wait_registered(self) -> None:
+        """Until the committed image holds this incarnation's registration (:meth:`broker_lifecycle` registers;
+        while a previous incarnation's session lives the controller refuses it). Logs every 10 s while waiting."""
+        c = self.controller
+        started = last_log = time.monotonic()
+        while True:
+            reg = c.image.brokers.get(self.node_id)
+            if reg is not None and reg.incarnation_id == c.incarnation_id:
+                return
+            if time.monotonic() - last_log >= 10:
+                last_log = time.monotonic()
+                log.info("broker %d not registered yet after %.0f s (a previous incarnation's session may still "
+                         "be alive)", self.node_id, last_log - started)
+            await asyncio.sleep(0.05)
+
     def _channel(self, node_id: int, host: str, port: int, client_id: str) -> NodeChannel:
         key = (node_id, host, port, client_id)
         ch = self._channels.get(key)

@@ -1,12 +1,17 @@
-"""Partitions hosted by this broker: appends, reads, the high watermark and delayed fetches.
+"""Partitions hosted by this broker: appends, reads, the high watermark, follower tracking and delayed fetches.
 
 ``Partition`` holds the replication state that the metadata image assigns (leader, leader epoch, replicas,
-ISR) next to the :class:`~kbroker.storage.log.PartitionLog`. The high watermark rule is written where it is
-applied, in :meth:`Partition.maybe_increment_high_watermark`: it is the smallest log end offset among the
-in-sync replicas, and only moves forward. With one node the ISR is just this broker, so it follows the log
-end offset (= last offset + 1) right after each append.
+ISR) next to the :class:`~kbroker.storage.log.PartitionLog`. On the leader it also tracks every follower
+(:class:`FollowerState`: its log end offset as its last Fetch said, when it last fetched and when it was last
+caught up), and the high watermark rule is applied in :meth:`Partition.maybe_increment_high_watermark`: the
+smallest log end offset among the in-sync replicas (the ISR plus an expansion in flight, as Kafka's
+"maximal ISR"), never moving back. With one replica it follows the log end offset right after each append.
 
-Delayed fetches (long polling) wait on :attr:`Partition.waiters`; every high watermark change wakes them.
+Followers fetch with :mod:`kbroker.server.replica_fetcher`; ISR changes go to the active controller with
+:mod:`kbroker.server.alter_partition_manager`.
+
+Delayed fetches (long polling) wait on :attr:`Partition.waiters`, which every high watermark change wakes;
+followers' fetches wait on :attr:`Partition.append_waiters`, which every append wakes.
 All state belongs to the event loop; nothing here awaits while changing state.
 """
 
@@ -36,6 +41,19 @@ CREATE_CHUNK = 100
 """Logs a worker thread creates before the loop registers them (the loop serves other requests between)."""
 
 
+@dataclass
+class FollowerState:
+    """What the leader knows of one follower replica (Kafka's ``ReplicaState``). Times in ms (wall clock)."""
+
+    #: the follower's log end offset: the fetch offset of its last Fetch (-1: unknown since this leadership began)
+    log_end_offset: int = -1
+    last_fetch_ms: int = 0
+    #: the leader's log end offset when the follower last fetched
+    last_fetch_leader_log_end_offset: int = -1
+    #: the last time the follower had everything the leader had (ISR shrink after ``replica.lag.time.max.ms``)
+    last_caught_up_ms: int = 0
+
+
 @dataclass(eq=False)
 class Partition:
     """One partition replica on this broker."""
@@ -50,6 +68,18 @@ class Partition:
     replicas: list[int]
     isr: list[int]
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    #: this broker's node id
+    local_id: int = -1
+    #: followers' fetches waiting for new data (woken by every append, not only by the high watermark)
+    append_waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    #: on the leader: node id -> what its last Fetch said (every replica but this one)
+    followers: dict[int, FollowerState] = field(default_factory=dict)
+    #: an ISR change sent to the controller and not answered yet (AlterPartition; one at a time per partition)
+    pending_isr: list[int] | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader == self.local_id
 
     @property
     def high_watermark(self) -> int:
@@ -77,28 +107,86 @@ class Partition:
         if current_leader_epoch > self.leader_epoch:
             raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
 
-    def maybe_increment_high_watermark(self, follower_log_end_offsets: dict[int, int] | None = None) -> bool:
-        """Advance the high watermark to the smallest log end offset in the ISR; True if it moved.
+    def make_leader(self, now_ms: int) -> None:
+        """This broker became the leader (or the leader epoch changed): follower positions are unknown until they
+        fetch; in-sync followers count as caught up now, so none is dropped from the ISR right away."""
+        self.followers = {r: FollowerState(last_caught_up_ms=now_ms) for r in self.replicas if r != self.local_id}
+        self.pending_isr = None
+        self.log.leader_epoch_cache.assign(self.leader_epoch, self.log.log_end_offset)
+        self.maybe_increment_high_watermark()
 
-        ``follower_log_end_offsets`` maps follower node id -> its last fetched log end offset (replication
-        will supply it; a single node has no followers).
-        """
-        leos = [self.log.log_end_offset]
-        for node in self.isr:
-            if node != self.leader:
-                leos.append((follower_log_end_offsets or {}).get(node, self.log.high_watermark))
-        new_hw = min(leos)
+    def maximal_isr(self) -> list[int]:
+        """The ISR the high watermark must wait for: the committed one plus members of an expansion in flight
+        (a shrink in flight is not applied until committed), as in Kafka."""
+        if self.pending_isr is None:
+            return self.isr
+        return self.isr + [r for r in self.pending_isr if r not in self.isr]
+
+    def update_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+        """A Fetch from follower ``replica_id`` at ``fetch_offset`` (already checked against the leader's log:
+        no diverging epoch, within the log): that is its log end offset now. Moves the high watermark."""
+        state = self.followers.get(replica_id)
+        if state is None:
+            state = self.followers[replica_id] = FollowerState()
+        leader_leo = self.log.log_end_offset
+        if fetch_offset >= leader_leo:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, now_ms)
+        elif fetch_offset >= state.last_fetch_leader_log_end_offset >= 0:
+            # it has everything the leader had at its previous fetch: caught up as of then
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.log_end_offset = fetch_offset
+        state.last_fetch_ms = now_ms
+        state.last_fetch_leader_log_end_offset = leader_leo
+        self.maybe_increment_high_watermark()
+
+    def isr_expansion(self, replica_id: int) -> list[int] | None:
+        """The ISR with ``replica_id`` added, if it is a replica outside the ISR that has caught up with the high
+        watermark (and with the start of the leader's epoch); else None."""
+        if replica_id in self.isr or replica_id not in self.replicas or self.pending_isr is not None:
+            return None
+        state = self.followers.get(replica_id)
+        if state is None or state.log_end_offset < self.log.high_watermark:
+            return None
+        epoch_start = self.log.leader_epoch_cache.start_offset_of(self.leader_epoch)
+        if epoch_start is not None and state.log_end_offset < epoch_start:
+            return None
+        return self.isr + [replica_id]
+
+    def isr_shrink(self, now_ms: int, max_lag_ms: int) -> list[int] | None:
+        """The ISR without followers not caught up within ``max_lag_ms`` (``replica.lag.time.max.ms``), if any;
+        the leader always stays."""
+        if self.pending_isr is not None:
+            return None
+        out = [r for r in self.isr if r == self.local_id
+               or now_ms - self.followers.get(r, FollowerState(last_caught_up_ms=now_ms)).last_caught_up_ms <= max_lag_ms]
+        return out if len(out) < len(self.isr) else None
+
+    def maybe_increment_high_watermark(self) -> bool:
+        """Advance the high watermark to the smallest log end offset in the (maximal) ISR; True if it moved.
+        A follower whose position is not known yet (it has not fetched since this leadership began) holds it."""
+        new_hw = self.log.log_end_offset
+        for node in self.maximal_isr():
+            if node != self.local_id:
+                state = self.followers.get(node)
+                new_hw = min(new_hw, state.log_end_offset if state is not None else -1)
         if new_hw > self.log.high_watermark:
             self.log.high_watermark = new_hw
             self.wake_waiters()
             return True
         return False
 
+    def wake_append_waiters(self) -> None:
+        for fut in self.append_waiters:
+            if not fut.done():
+                fut.set_result(None)
+        self.append_waiters.clear()
+
     def wake_waiters(self) -> None:
         for fut in self.waiters:
             if not fut.done():
                 fut.set_result(None)
         self.waiters.clear()
+        self.wake_append_waiters()
 
 
 class ReplicaManager:
@@ -112,6 +200,56 @@ class ReplicaManager:
         self._background: set[asyncio.Task[None]] = set()
         self._partition_listeners: list[Any] = []
         self._create_lock = asyncio.Lock()
+        #: followers fetching from leaders, and ISR changes to the controller (a cluster only; see start())
+        self.fetcher_manager: Any = None
+        self.alter_partition_manager: Any = None
+        self.replica_lag_time_max_ms = broker.config.get_int("replica.lag.time.max.ms")
+
+    # ---- replication ----
+    def start_replication(self, fetcher_manager: Any, alter_partition_manager: Any) -> None:
+        """Start following the partitions this broker does not lead, and checking followers' lag on those it
+        does (every ``replica.lag.time.max.ms`` / 2)."""
+        self.fetcher_manager = fetcher_manager
+        self.alter_partition_manager = alter_partition_manager
+        for part in self.partitions.values():
+            if not part.is_leader:
+                fetcher_manager.follow(part)
+        fetcher_manager.start()
+        task = asyncio.get_running_loop().create_task(self._check_isr_lag())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def stop_replication(self) -> None:
+        if self.fetcher_manager is not None:
+            await self.fetcher_manager.stop()
+        if self.alter_partition_manager is not None:
+            await self.alter_partition_manager.close()
+
+    async def _check_isr_lag(self) -> None:
+        interval = max(0.05, self.replica_lag_time_max_ms / 2000)
+        while True:
+            await asyncio.sleep(interval)
+            now_ms = int(time.time() * 1000)
+            try:
+                for part in list(self.partitions.values()):
+                    if part.is_leader and len(part.isr) > 1:
+                        new_isr = part.isr_shrink(now_ms, self.replica_lag_time_max_ms)
+                        if new_isr is not None:
+                            log.info("shrinking the ISR of %s-%d from %s to %s: followers lagging more than %d ms",
+                                     part.topic, part.partition_index, part.isr, new_isr,
+                                     self.replica_lag_time_max_ms)
+                            self.alter_partition_manager.submit(part, new_isr)
+            except Exception:
+                log.exception("the ISR lag check failed")
+
+    def maybe_expand_isr(self, part: Partition, replica_id: int) -> None:
+        """After follower ``replica_id`` fetched: propose it for the ISR if it has caught up."""
+        if self.alter_partition_manager is None:
+            return
+        new_isr = part.isr_expansion(replica_id)
+        if new_isr is not None:
+            log.info("expanding the ISR of %s-%d from %s to %s", part.topic, part.partition_index, part.isr, new_isr)
+            self.alter_partition_manager.submit(part, new_isr)
 
     # ---- metadata ----
     def apply_image(self, image: MetadataImage) -> None:
@@ -139,13 +277,7 @@ class ReplicaManager:
                     if key not in self.creating:
                         missing.append((topic, p))
                     continue
-                became_leader_epoch = p.leader_epoch != part.leader_epoch
-                part.leader, part.leader_epoch = p.leader, p.leader_epoch
-                part.partition_epoch, part.replicas, part.isr = p.partition_epoch, list(p.replicas), list(p.isr)
-                if became_leader_epoch and p.leader == node_id:
-                    part.log.leader_epoch_cache.assign(p.leader_epoch, part.log.log_end_offset)
-                if part.leader == node_id:
-                    part.maybe_increment_high_watermark()
+                self._update(part, p)
         removed = [key for key in self.partitions if key not in wanted]
         for key in removed:
             self._remove(key)
@@ -166,6 +298,33 @@ class ReplicaManager:
         else:
             self._create_in_background(missing, image)
 
+    def _update(self, part: Partition, p: Any) -> None:
+        """Apply the image's state of a hosted partition: a new leader or leader epoch makes this replica leader
+        (follower tracking restarts) or follower (fetching from the new leader); an ISR change moves the high
+        watermark. A partition epoch older than the one known (an AlterPartition answer came first) is skipped."""
+        if p.partition_epoch < part.partition_epoch and p.leader_epoch <= part.leader_epoch:
+            return
+        leadership_changed = p.leader != part.leader or p.leader_epoch != part.leader_epoch
+        part.leader, part.leader_epoch = p.leader, p.leader_epoch
+        part.partition_epoch, part.replicas, part.isr = p.partition_epoch, list(p.replicas), list(p.isr)
+        if part.is_leader:
+            if leadership_changed:
+                if self.fetcher_manager is not None:
+                    self.fetcher_manager.unfollow((part.topic, part.partition_index))
+                part.make_leader(int(time.time() * 1000))
+            else:
+                if part.pending_isr is not None and sorted(part.pending_isr) == sorted(part.isr):
+                    part.pending_isr = None
+                part.maybe_increment_high_watermark()
+        else:
+            part.followers = {}
+            part.pending_isr = None
+            if leadership_changed:
+                part.wake_waiters()  # delayed produces and fetches on the old leadership answer now
+            if self.fetcher_manager is not None and (
+                    leadership_changed or self.fetcher_manager.following((part.topic, part.partition_index)) < 0):
+                self.fetcher_manager.follow(part)
+
     @staticmethod
     def _loop_running() -> bool:
         try:
@@ -176,11 +335,12 @@ class ReplicaManager:
 
     def _add(self, topic: Any, p: Any, plog: Any) -> None:
         part = Partition(topic.name, p.partition_id, topic.topic_id, plog, p.leader, p.leader_epoch,
-                         p.partition_epoch, list(p.replicas), list(p.isr))
+                         p.partition_epoch, list(p.replicas), list(p.isr), local_id=self.broker.node_id)
         self.partitions[(topic.name, p.partition_id)] = part
-        if p.leader == self.broker.node_id:
-            plog.leader_epoch_cache.assign(p.leader_epoch, plog.log_end_offset)
-            part.maybe_increment_high_watermark()
+        if part.is_leader:
+            part.make_leader(int(time.time() * 1000))
+        elif self.fetcher_manager is not None:
+            self.fetcher_manager.follow(part)
 
     def _create_in_background(self, missing: list[tuple[Any, Any]], image: MetadataImage) -> None:
         lm = self.broker.log_manager
@@ -252,6 +412,8 @@ class ReplicaManager:
 
     def _remove(self, key: tuple[str, int]) -> None:
         part = self.partitions.pop(key)
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.unfollow(key)
         part.wake_waiters()
         self.broker.log_manager.delete_log(key[0], key[1])
 
@@ -285,22 +447,24 @@ class ReplicaManager:
             if len(part.isr) < min_isr:
                 raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS)
         info = part.log.append_as_leader(records, part.leader_epoch, int(time.time() * 1000), origin)
-        part.maybe_increment_high_watermark()
+        if not part.maybe_increment_high_watermark():
+            part.wake_append_waiters()  # followers' fetches
         return info
 
     # ---- delayed fetch ----
-    async def wait_for_data(self, parts: list[Partition], timeout_s: float) -> None:
-        """Wait until any of ``parts`` changes its high watermark, or ``timeout_s`` passes."""
+    async def wait_for_data(self, parts: list[Partition], timeout_s: float, appends: bool = False) -> None:
+        """Wait until any of ``parts`` changes its high watermark (``appends``: gets new data, for a follower's
+        fetch), or ``timeout_s`` passes."""
         if timeout_s <= 0 or not parts:
             return
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         for p in parts:
-            p.waiters.add(fut)
+            (p.append_waiters if appends else p.waiters).add(fut)
         try:
             await asyncio.wait_for(asyncio.shield(fut), timeout_s)
         except asyncio.TimeoutError:
             pass
         finally:
             for p in parts:
-                p.waiters.discard(fut)
+                (p.append_waiters if appends else p.waiters).discard(fut)

@@ -101,6 +101,13 @@ class LeaderEpochCache:
         i = bisect.bisect_right(self._starts, offset) - 1
         return self._epochs[i] if i >= 0 else UNDEFINED_EPOCH
 
+    def start_offset_of(self, epoch: int) -> int | None:
+        """The first offset of ``epoch`` in this log (None: the epoch is not in the cache)."""
+        i = bisect.bisect_left(self._epochs, epoch)
+        if i < len(self._epochs) and self._epochs[i] == epoch:
+            return self._starts[i]
+        return None
+
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: ``(epoch, end_offset)`` for the largest known epoch <= ``requested_epoch``.
 

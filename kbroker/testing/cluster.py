@@ -136,16 +136,18 @@ class KbrokerCluster:
 
     # ---- lifecycle
     def start(self) -> KbrokerCluster:
-        """Start every node at once (none can serve before a majority runs) and wait for each."""
+        """Start every node at once (none can serve before a majority runs) and wait for each. Nodes already
+        running are left alone (``with cluster:`` has started them)."""
         if self.link_proxies:
             self._start_links()
         if self.dynamic_quorum and not self._formatted:
             for i in self.controller_ids:
                 self.format(i, "--standalone" if i == self.controller_ids[0] else "--no-initial-controllers")
             self._formatted = True
-        for n in self.nodes.values():
+        starting = [n for n in self.nodes.values() if not n.is_running()]
+        for n in starting:
             n._spawn()
-        for n in self.nodes.values():
+        for n in starting:
             n.wait_ready(self.start_timeout)
         self.wait_registered()
         return self

@@ -14,6 +14,13 @@ Behavior:
   empty, non-null ``Records`` (librdkafka breaks on null, KAFKA-18646);
 * fetch sessions (KIP-227) are not kept: ``SessionId`` 0 makes clients send full requests; an incremental
   request naming a session gets FETCH_SESSION_ID_NOT_FOUND.
+* a follower's Fetch (``ReplicaState.ReplicaId`` >= 0 from v15, ``ReplicaId`` before) reads up to the log end
+  offset instead of the high watermark, tells the leader the follower's log end offset (its fetch offset),
+  which moves the high watermark and may add it back to the ISR, and waits for appends rather than for high
+  watermark changes. When the follower's ``LastFetchedEpoch`` ends in the leader's log before its fetch offset
+  (or is not there), the answer is ``DivergingEpoch`` (the epoch and its end offset in the leader's log) and no
+  records: the follower truncates there (KIP-320/KIP-595 style, Fetch v12+). A fetch offset outside the log is
+  OFFSET_OUT_OF_RANGE; a node that is not a replica gets NOT_LEADER_OR_FOLLOWER;
 Version notes:
 * v9: CurrentLeaderEpoch checks (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH); v13+: topic ids
   (UNKNOWN_TOPIC_ID); v15: ReplicaState; v18: HighWatermark tag (used by replication later).
@@ -52,19 +59,22 @@ async def handle(ctx, request: FetchRequest) -> FetchResponse:
         return await to_quorum(ctx, request)  # a voter or observer replicating __cluster_metadata
     if request.session_id != 0 or request.session_epoch > 0:
         return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
+    replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
+    follower = replica_id >= 0
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
     while True:
-        resp, total, parts = _read_all(ctx, request, version)
+        resp, total, parts = _read_all(ctx, request, version, replica_id)
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or remaining <= 0 or not parts or total < 0:
             return resp
-        await broker.replica_manager.wait_for_data(parts, remaining)
+        await broker.replica_manager.wait_for_data(parts, remaining, appends=follower)
         if time.monotonic() >= deadline:
-            return _read_all(ctx, request, version)[0]
+            return _read_all(ctx, request, version, replica_id)[0]
 
 
-def _read_all(ctx, request: FetchRequest, version: int):
-    """Read every requested partition once -> (response, bytes read or -1 on errors, partitions)."""
+def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1):
+    """Read every requested partition once -> (response, bytes read or -1 on errors, partitions).
+    ``replica_id`` >= 0: a follower's fetch."""
     broker = ctx.broker
     image = broker.controller.image
     rm = broker.replica_manager
@@ -73,7 +83,8 @@ def _read_all(ctx, request: FetchRequest, version: int):
     total = 0
     had_error = False
     parts = []
-    read_committed = request.isolation_level == READ_COMMITTED
+    read_committed = request.isolation_level == READ_COMMITTED and replica_id < 0
+    now_ms = int(time.time() * 1000)
     for ft in request.topics:
         if version >= 13:
             topic = image.topics_by_id.get(ft.topic_id)
@@ -94,11 +105,16 @@ def _read_all(ctx, request: FetchRequest, version: int):
                     raise KafkaError(topic_error)
                 part = rm.get_leader_partition(topic.name, fp.partition)
                 part.check_leader_epoch(fp.current_leader_epoch)
+                if replica_id >= 0:
+                    if not _follower_position(rm, part, replica_id, fp, pd, version, now_ms):
+                        continue  # diverging: the follower truncates first
+                    upper = part.log_end_offset
                 parts.append(part)
                 pd.high_watermark = part.high_watermark
                 pd.last_stable_offset = part.last_stable_offset
                 pd.log_start_offset = part.log_start_offset
-                upper = part.last_stable_offset if read_committed else part.high_watermark
+                if replica_id < 0:
+                    upper = part.last_stable_offset if read_committed else part.high_watermark
                 max_bytes = min(fp.partition_max_bytes, budget)
                 if max_bytes <= 0 and total > 0:
                     continue
@@ -118,3 +134,27 @@ def _read_all(ctx, request: FetchRequest, version: int):
                 pd.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                 had_error = True
     return resp, (-1 if had_error and total == 0 else total), parts
+
+
+def _follower_position(rm, part, replica_id: int, fp, pd, version: int, now_ms: int) -> bool:
+    """A follower's fetch position: check it against the leader's log, record it (moving the high watermark, maybe
+    expanding the ISR). False (and ``pd.diverging_epoch`` set) when the follower's log diverged from the leader's
+    at its last fetched epoch. Raises KafkaError NOT_LEADER_OR_FOLLOWER / OFFSET_OUT_OF_RANGE."""
+    if replica_id not in part.replicas or replica_id == part.local_id:
+        raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"node {replica_id} is not a follower of this partition")
+    log = part.log
+    if fp.last_fetched_epoch >= 0 and version >= 12:
+        epoch, end_offset = log.leader_epoch_cache.end_offset_for(fp.last_fetched_epoch, log.log_end_offset)
+        if epoch != fp.last_fetched_epoch or end_offset < fp.fetch_offset:
+            pd.diverging_epoch.epoch = epoch
+            pd.diverging_epoch.end_offset = end_offset
+            pd.high_watermark = part.high_watermark
+            pd.log_start_offset = part.log_start_offset
+            pd.last_stable_offset = part.last_stable_offset
+            return False
+    if fp.fetch_offset < log.log_start_offset or fp.fetch_offset > log.log_end_offset:
+        raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                         f"fetch offset {fp.fetch_offset} is outside {log.log_start_offset}..{log.log_end_offset}")
+    part.update_follower_fetch(replica_id, fp.fetch_offset, now_ms)
+    rm.maybe_expand_isr(part, replica_id)
+    return True

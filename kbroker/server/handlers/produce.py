@@ -30,9 +30,11 @@ Behavior:
   :mod:`kbroker.server.txn_verification`); an unreachable coordinator is NOT_ENOUGH_REPLICAS (retriable);
 * internal topics (``__consumer_offsets``, ``__transaction_state``) refuse client writes with
   INVALID_TOPIC_EXCEPTION, as Kafka does;
-* acks=-1 answers once the high watermark passes the batch (every in-sync replica holds it): with one node
-  right after the append; otherwise REQUEST_TIMED_OUT after the request's ``timeout_ms``
-  (:func:`wait_for_in_sync_replicas`).
+* acks=-1: NOT_ENOUGH_REPLICAS before the append when the ISR is smaller than ``min.insync.replicas``; then
+  the answer waits until the high watermark passes the batch (every in-sync replica holds it): with one replica
+  right after the append, with followers once they fetched it; REQUEST_TIMED_OUT after the request's
+  ``timeout_ms``, NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below the minimum meanwhile
+  (:func:`wait_for_in_sync_replicas`). acks=1 answers after the leader's append.
 Version notes:
 * v8: record errors and error message; v10: CurrentLeader tag on leader errors; v13: topic ids.
 * v12 (transactions version 2, implicit AddPartitionsToTxn) is accepted but handled as version 1:
@@ -173,21 +175,27 @@ async def wait_for_in_sync_replicas(rm: Any, delayed: list[tuple[Any, int, Any]]
     """Kafka's delayed produce for acks=-1: answer once every in-sync replica holds the batch (the partition's
     high watermark passed its last offset), or when ``timeout_s`` (the request's ``timeout_ms``) has passed:
     REQUEST_TIMED_OUT for those still short (the records stay in the log; a retry of an idempotent producer is
-    recognised as a duplicate), NOT_LEADER_OR_FOLLOWER when the leadership moved meanwhile."""
+    recognised as a duplicate), NOT_LEADER_OR_FOLLOWER when the leadership moved meanwhile, and
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND when the batch is replicated but the ISR shrank below
+    ``min.insync.replicas`` meanwhile (as Kafka's ``checkEnoughReplicasReachOffset``). No polling: the wait is on
+    the partitions' high watermark changes (and leadership changes, which wake the same waiters)."""
     deadline = time.monotonic() + timeout_s
     pending = delayed
     while True:
-        pending = [(p, last, pr) for p, last, pr in pending
-                   if p.high_watermark <= last and p.leader == rm.broker.node_id]
+        pending = [(p, last, pr) for p, last, pr in pending if p.high_watermark <= last and p.is_leader]
         left = deadline - time.monotonic()
         if not pending or left <= 0:
             break
         await rm.wait_for_data([p for p, _, _ in pending], left)
     for part, last, pr in delayed:
-        if part.high_watermark > last:
+        if not part.is_leader:
+            pr.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        elif part.high_watermark <= last:
+            pr.error_code = ErrorCode.REQUEST_TIMED_OUT
+        elif len(part.isr) < rm.broker.topic_config_int(part.topic, "min.insync.replicas"):
+            pr.error_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        else:
             continue
-        pr.error_code = (ErrorCode.NOT_LEADER_OR_FOLLOWER if part.leader != rm.broker.node_id
-                         else ErrorCode.REQUEST_TIMED_OUT)
         pr.base_offset = -1
 
 

@@ -1,0 +1,301 @@
+"""Partition replication with real clients (issue 10, slices 1-2): followers fetch from leaders, the high watermark
+is the ISR's, acks=all waits for the in-sync replicas, the ISR shrinks and expands through AlterPartition, and a
+killed leader's partitions move to an in-sync follower without losing an acknowledged record.
+
+* Three combined nodes, RF 3, ``min.insync.replicas=2``: confluent-kafka's idempotent acks=all producer writes
+  while the leader of the partitions is killed with SIGKILL and restarted, again and again; afterwards every
+  acknowledged record is read back once, at its offset, in order (:mod:`kbroker.testing.history`), and the
+  replicas' segment files are byte-identical (batches are copied as the leader stored them).
+* Three controllers and three brokers (long broker session timeout, so only the leaders' AlterPartition changes
+  the ISR): a SIGSTOPped follower leaves the ISR after ``replica.lag.time.max.ms`` and acks=all goes on; after
+  SIGCONT it comes back; with two followers stopped the ISR is the leader alone and an acks=all Produce is
+  NOT_ENOUGH_REPLICAS while acks=1 is accepted; a follower Fetch-ed by a consumer answers NOT_LEADER_OR_FOLLOWER;
+  a broker restarted with an empty data directory copies everything from the leaders and rejoins the ISR.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from compat_tests.wire import KafkaConnection, Rec, encode_batch, fetch_v4, produce_v9
+from kbroker.protocol.errors import ErrorCode
+from kbroker.testing.cluster import KbrokerCluster, wait_until
+from kbroker.testing.history import History
+
+pytestmark = pytest.mark.timeout(420)
+
+TOPIC = "rep"
+PARTITIONS = 3
+
+
+class Admin:
+    """Metadata from whichever node of ``ids`` is up (a stopped node cannot answer)."""
+
+    def __init__(self, cluster: KbrokerCluster) -> None:
+        self.cluster = cluster
+        self.down: set[int] = set()
+        self._clients: dict[int, AdminClient] = {}
+
+    def client(self) -> AdminClient:
+        nid = next(i for i in self.cluster.broker_ids if i not in self.down)
+        if nid not in self._clients:
+            self._clients[nid] = AdminClient({"bootstrap.servers": self.cluster.nodes[nid].bootstrap})
+        return self._clients[nid]
+
+    def state(self, topic: str = TOPIC) -> dict[int, tuple[int, list[int]]]:
+        """partition -> (leader, sorted ISR). The answering broker may not have replayed the topic's creation yet
+        (metadata reaches brokers eventually): asked again until it has."""
+        deadline = time.monotonic() + 15
+        while True:
+            md = self.client().list_topics(topic, timeout=10).topics[topic]
+            if md.error is None and md.partitions or time.monotonic() > deadline:
+                return {pid: (pm.leader, sorted(pm.isrs)) for pid, pm in sorted(md.partitions.items())}
+            time.sleep(0.1)
+
+    def wait_isr(self, want: int, timeout: float, topic: str = TOPIC, what: str = "") -> float:
+        started = time.monotonic()
+        wait_until(lambda: all(len(isr) == want and leader >= 0 for leader, isr in self.state(topic).values()),
+                   timeout, what or f"every ISR of {topic} with {want} members")
+        return time.monotonic() - started
+
+
+def create_topic(admin: Admin, name: str = TOPIC, partitions: int = PARTITIONS, min_isr: int = 2) -> None:
+    admin.client().create_topics([NewTopic(name, partitions, 3, config={"min.insync.replicas": str(min_isr)})]
+                                 )[name].result(30)
+    admin.wait_isr(3, 30, name)
+
+
+def segment_digests(cluster: KbrokerCluster, node_ids: list[int], topic: str, partition: int) -> dict[int, str]:
+    """node -> digest of the partition's segment files, concatenated in offset order."""
+    out = {}
+    for n in node_ids:
+        files = sorted(Path(cluster.nodes[n].log_dirs).rglob(f"{topic}-{partition}/*.log"))
+        h = hashlib.sha256()
+        for f in files:
+            h.update(f.read_bytes())
+        out[n] = h.hexdigest()[:16]
+    return out
+
+
+def wait_identical(cluster: KbrokerCluster, node_ids: list[int], topic: str = TOPIC, timeout: float = 30) -> None:
+    for p in range(PARTITIONS):
+        wait_until(lambda: len(set(segment_digests(cluster, node_ids, topic, p).values())) == 1, timeout,
+                   f"identical replicas of {topic}-{p}: {segment_digests(cluster, node_ids, topic, p)}")
+
+
+class Writer:
+    """An idempotent acks=all confluent-kafka producer writing unique values round-robin over the partitions,
+    in a thread, recording attempts and acknowledgements in a :class:`History`."""
+
+    def __init__(self, bootstrap: str, h: History, prefix: str) -> None:
+        self.h = h
+        self.prefix = prefix
+        self.p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                           "linger.ms": 2, "message.timeout.ms": 120000, "retry.backoff.ms": 50,
+                           "topic.metadata.refresh.interval.ms": 1000})
+        self.acked = 0
+        #: per partition: acknowledgements of records produced after the last mark()
+        self.acked_in = [0] * PARTITIONS
+        self.mark = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.sent = 0
+
+    def _done(self, err, msg) -> None:  # noqa: ANN001
+        if err is None:
+            self.h.ack(msg.topic(), msg.partition(), msg.offset(), msg.value(), producer=self.prefix)
+            self.acked += 1
+            if int(msg.value().rsplit(b"-", 1)[1]) >= self.mark:
+                self.acked_in[msg.partition()] += 1
+        else:
+            self.errors.append(str(err))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for _ in range(20):
+                value = f"{self.prefix}-{self.sent}".encode()
+                self.h.attempt(TOPIC, value)
+                self.p.produce(TOPIC, value=value, partition=self.sent % PARTITIONS, on_delivery=self._done)
+                self.sent += 1
+            self.p.poll(0)
+            time.sleep(0.02)  # about 1,000 records/s
+
+    def start(self) -> Writer:
+        self._thread.start()
+        return self
+
+    def set_mark(self) -> None:
+        """From now on ``acked_in`` counts only records produced after this call (not ones in flight before)."""
+        self.acked_in = [0] * PARTITIONS
+        self.mark = self.sent
+
+    def wait_acked(self, more: int, timeout: float, partition: int | None = None) -> None:
+        """Until ``more`` further acknowledgements came (with ``partition``: of its records produced after the
+        last :meth:`set_mark`)."""
+        count = (lambda: self.acked) if partition is None else (lambda: self.acked_in[partition])
+        target = count() + more
+        wait_until(lambda: count() >= target, timeout, f"{more} more acknowledgements (errors {self.errors[:3]})")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert self.p.flush(150) == 0
+
+
+def read_back(bootstrap: str, h: History, topic: str = TOPIC) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rep-read-{time.monotonic_ns()}",
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    got, last, deadline = 0, time.monotonic(), time.monotonic() + 90
+    while time.monotonic() < deadline and time.monotonic() - last < 3:
+        for m in c.consume(1000, 0.5):
+            if m.error() is None:
+                h.read(m.topic(), m.partition(), m.offset(), m.value(), committed=False)
+                got += 1
+                last = time.monotonic()
+    c.close()
+    return got
+
+
+def test_acks_all_survives_leader_kills(tmp_path):
+    """Kill -9 the leader of partition 0 four times under an acks=all load: nothing acknowledged is lost or
+    duplicated, and the replicas end byte-identical."""
+    cluster = KbrokerCluster(tmp_path, nodes=3, overrides={"broker.session.timeout.ms": 3000,
+                                                           "broker.heartbeat.interval.ms": 300,
+                                                           "replica.lag.time.max.ms": 5000})
+    with cluster:
+        admin = Admin(cluster)
+        create_topic(admin)
+        h = History()
+        w = Writer(cluster.bootstrap, h, "kill").start()
+        kills = 0
+        failover_s = []
+        try:
+            w.wait_acked(300, 30)
+            for _ in range(4):
+                leader = admin.state()[0][0]
+                admin.down.add(leader)
+                cluster.kill(leader)
+                w.set_mark()
+                killed = time.monotonic()
+                kills += 1
+                # partition 0's acks go on with the two others (ISR of 2 live, min.insync.replicas 2)
+                w.wait_acked(100, 60, partition=0)
+                failover_s.append(time.monotonic() - killed)
+                assert admin.state()[0][0] not in (leader, -1)
+                cluster.restart(leader)
+                admin.down.discard(leader)
+                admin.wait_isr(3, 60, what="the restarted node back in every ISR")
+                w.wait_acked(100, 30)
+        finally:
+            w.stop()
+        assert w.acked > 1500
+        read = read_back(cluster.bootstrap, h)
+        report = h.check()
+        report.assert_ok()
+        assert report.acknowledged == w.acked and read >= w.acked
+        wait_identical(cluster, cluster.broker_ids)
+        print(f"{kills} leader kills, {report.summary()}, acks resumed after "
+              f"{', '.join(f'{s:.1f}' for s in failover_s)} s")
+
+
+FAST_ISR = {"broker.session.timeout.ms": 60000, "broker.heartbeat.interval.ms": 500,
+            "replica.lag.time.max.ms": 2000}
+
+
+def test_isr_shrinks_and_expands_with_alter_partition(tmp_path):
+    cluster = KbrokerCluster(tmp_path, nodes=3, brokers=3, overrides=FAST_ISR)
+    with cluster:
+        admin = Admin(cluster)
+        create_topic(admin, partitions=1)
+        leader, isr = admin.state()[0]
+        followers = [b for b in isr if b != leader]
+        h = History()
+        w = Writer(cluster.nodes[leader].bootstrap, h, "isr")
+        w.p.produce(TOPIC, value=b"warm-up", partition=0)
+        assert w.p.flush(30) == 0
+        host, port = cluster.nodes[leader].host, cluster.nodes[leader].port
+
+        def produce_raw(acks: int, value: bytes) -> tuple[int, int]:
+            conn = KafkaConnection(host, port)
+            try:
+                r = produce_v9(conn, TOPIC, 0, encode_batch([Rec(None, value)]), acks=acks)
+            finally:
+                conn.close()
+            return r.error_code, r.base_offset
+
+        # a stopped follower leaves the ISR (AlterPartition; its session outlives the test) and acks=all goes on
+        cluster.pause(followers[0])
+        admin.down.add(followers[0])
+        t0 = time.monotonic()
+        code, _ = produce_raw(-1, b"while-one-follower-stopped")
+        waited = time.monotonic() - t0
+        assert code == ErrorCode.NONE, ErrorCode(code).name
+        wait_until(lambda: admin.state()[0] == (leader, sorted([leader, followers[1]])), 10, "the shrunk ISR")
+        assert 1.0 < waited < 10, f"acks=all answered after {waited:.1f} s"
+        # a second stopped follower: the ISR is the leader alone, below min.insync.replicas
+        cluster.pause(followers[1])
+        admin.down.add(followers[1])
+        wait_until(lambda: admin.state()[0] == (leader, [leader]), 20, "ISR of the leader alone")
+        code, _ = produce_raw(-1, b"refused")
+        assert code == ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode(code).name
+        code, offset = produce_raw(1, b"acks-1")
+        assert code == ErrorCode.NONE and offset >= 2
+        # both back: they catch up and rejoin the ISR; acks=all works again
+        for f in followers:
+            cluster.resume(f)
+            admin.down.discard(f)
+        resumed = time.monotonic()
+        # the leader's own view decides (a broker that was stopped answers Metadata from its stale image a while)
+        wait_until(lambda: produce_raw(-1, b"after")[0] == ErrorCode.NONE, 30, "acks=all accepted again")
+        admin.wait_isr(3, 30, what="the resumed followers back in the ISR")
+        took = time.monotonic() - resumed
+        # consumers read from the leader only (no KIP-392 yet): a follower says NOT_LEADER_OR_FOLLOWER
+        f = cluster.nodes[followers[0]]
+        conn = KafkaConnection(f.host, f.port)
+        try:
+            assert fetch_v4(conn, TOPIC, 0, 0).error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        finally:
+            conn.close()
+        wait_identical(cluster, cluster.broker_ids)
+        print(f"ISR back {took:.1f} s after SIGCONT")
+
+
+def test_wiped_broker_rebuilds_from_leaders(tmp_path):
+    """A broker killed, wiped and restarted: it registers only once its old session expired (fenced: its
+    leaderships and ISR memberships moved away), then copies everything from the leaders and rejoins the ISR.
+    Had it served the image's old state, it would have led partitions with an empty log and the followers would
+    have truncated to it."""
+    cluster = KbrokerCluster(tmp_path, nodes=3, brokers=3, overrides={**FAST_ISR, "broker.session.timeout.ms": 3000})
+    with cluster:
+        admin = Admin(cluster)
+        create_topic(admin)
+        h = History()
+        w = Writer(cluster.bootstrap, h, "wipe").start()
+        try:
+            w.wait_acked(2000, 60)
+            victim = cluster.broker_ids[-1]
+            cluster.kill(victim)
+            admin.down.add(victim)
+            w.wait_acked(500, 60)
+            shutil.rmtree(cluster.nodes[victim].log_dirs)
+            cluster.restart(victim)
+            admin.down.discard(victim)
+            admin.wait_isr(3, 60, what="the wiped broker back in every ISR")
+            w.wait_acked(300, 30)
+        finally:
+            w.stop()
+        read_back(cluster.bootstrap, h)
+        report = h.check()
+        report.assert_ok()
+        wait_identical(cluster, cluster.broker_ids)
+        print(report.summary())
