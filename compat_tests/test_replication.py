@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compat_tests.wire import KafkaConnection, Rec, encode_batch, fetch_v4, produce_v9
@@ -299,3 +299,99 @@ def test_wiped_broker_rebuilds_from_leaders(tmp_path):
         report.assert_ok()
         wait_identical(cluster, cluster.broker_ids)
         print(report.summary())
+
+
+def _leader_of(admin: Admin, topic: str, partition: int) -> int:
+    return admin.state(topic)[partition][0]
+
+
+def test_coordinators_move_with_leadership(tmp_path):
+    """``__consumer_offsets`` and ``__transaction_state`` are replicated (RF 3, capped at the brokers): when the
+    broker leading a group's or a transactional id's partition is killed, an in-sync follower leads it, its
+    coordinator loads the replicated state, and the group's committed offsets and the producer's transactions
+    carry on: acknowledged commits are all there, committed transactions are read once, aborted ones never."""
+    from kbroker.coordinator.runtime import partition_for
+
+    cluster = KbrokerCluster(tmp_path, nodes=3, brokers=3, overrides={
+        **FAST_ISR, "broker.session.timeout.ms": 3000, "offsets.topic.num.partitions": 5,
+        "offsets.topic.replication.factor": 3, "transaction.state.log.num.partitions": 5,
+        "transaction.state.log.replication.factor": 3, "transaction.state.log.min.isr": 2})
+    with cluster:
+        admin = Admin(cluster)
+        create_topic(admin)
+        # committed offsets of a group survive the death of its coordinator's broker
+        group = "rep-group"
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False})
+        committed = [TopicPartition(TOPIC, p, 100 + p, metadata=f"m{p}") for p in range(PARTITIONS)]
+        c.commit(offsets=committed, asynchronous=False)
+        c.close()
+        wait_until(lambda: "__consumer_offsets" in admin.client().list_topics(timeout=10).topics, 30, "offsets topic")
+        coordinator = _leader_of(admin, "__consumer_offsets", partition_for(group, 5))
+        cluster.kill(coordinator)
+        admin.down.add(coordinator)
+
+        def offsets_back() -> bool:
+            try:
+                got = admin.client().list_consumer_group_offsets(
+                    [ConsumerGroupTopicPartitions(group)])[group].result(10)
+            except Exception:
+                return False
+            return sorted((tp.partition, tp.offset, tp.metadata) for tp in got.topic_partitions) == \
+                [(p, 100 + p, f"m{p}") for p in range(PARTITIONS)]
+
+        wait_until(offsets_back, 60, "the committed offsets from the new coordinator")
+        assert _leader_of(admin, "__consumer_offsets", partition_for(group, 5)) != coordinator
+        cluster.restart(coordinator)
+        admin.down.discard(coordinator)
+        admin.wait_isr(3, 60, "__consumer_offsets", "the restarted broker back in the offsets topic's ISRs")
+
+        # transactions carry on across the death of the transaction coordinator's broker
+        txn_id = "rep-txn"
+        h = History()
+        p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id,
+                      "transaction.timeout.ms": 60000, "message.timeout.ms": 60000})
+        p.init_transactions(60)
+        n = 0
+
+        def one_transaction(commit: bool) -> None:
+            nonlocal n
+            p.begin_transaction()
+            for _ in range(30):
+                value = f"txn-{n}".encode()
+                h.attempt(TOPIC, value, txn=txn_id)
+                p.produce(TOPIC, value=value, partition=n % PARTITIONS,
+                          on_delivery=lambda err, m: err is None and h.ack(m.topic(), m.partition(), m.offset(),
+                                                                          m.value(), producer=txn_id))
+                n += 1
+            if commit:
+                p.commit_transaction(60)
+            else:
+                p.abort_transaction(60)
+            h.end_transaction(txn_id, commit)
+
+        for i in range(4):
+            one_transaction(commit=i != 2)
+        wait_until(lambda: "__transaction_state" in admin.client().list_topics(timeout=10).topics, 30, "txn topic")
+        tc = _leader_of(admin, "__transaction_state", partition_for(txn_id, 5))
+        cluster.kill(tc)
+        admin.down.add(tc)
+        for i in range(4):
+            one_transaction(commit=i != 1)
+        assert _leader_of(admin, "__transaction_state", partition_for(txn_id, 5)) != tc
+        p.flush(30)
+        rc = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "rep-rc", "enable.auto.commit": False,
+                       "isolation.level": "read_committed"})
+        rc.assign([TopicPartition(TOPIC, q, 0) for q in range(PARTITIONS)])
+        got, last, deadline = 0, time.monotonic(), time.monotonic() + 60
+        while time.monotonic() < deadline and time.monotonic() - last < 3:
+            for m in rc.consume(500, 0.5):
+                if m.error() is None:
+                    h.read(m.topic(), m.partition(), m.offset(), m.value(), committed=True)
+                    got += 1
+                    last = time.monotonic()
+        rc.close()
+        report = h.check()
+        report.assert_ok()
+        assert got == 6 * 30, f"read {got} committed records, expected 180"
+        print(f"coordinators moved: offsets from the new group coordinator, 8 transactions across a kill; "
+              f"{report.summary()}")

@@ -79,6 +79,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "min.insync.replicas": "1",
     "offsets.topic.num.partitions": "50",
     "offsets.topic.replication.factor": "3",
+    "offsets.commit.timeout.ms": "5000",
     "transaction.state.log.num.partitions": "50",
     "group.initial.rebalance.delay.ms": "3000",
     "producer.id.expiration.ms": "86400000",

@@ -179,6 +179,10 @@ _STATIC: list[tuple] = [
      "Replication factor of __consumer_offsets (capped at the live brokers).", (1, None, None), True),
     ("offsets.topic.segment.bytes", "int", "104857600", HIGH, "Segment size of __consumer_offsets.",
      (1, None, None), True),
+    ("offsets.commit.timeout.ms", "int", "5000", HIGH,
+     "How long a coordinator's write (an offset commit, a transaction state change) waits for the in-sync "
+     "replicas of its internal topic partition before the answer is COORDINATOR_NOT_AVAILABLE.",
+     (1, None, None), True),
     ("offsets.retention.minutes", "int", "10080", HIGH, "How long committed offsets of an empty group are kept.",
      (1, None, None), True),
     ("offsets.retention.check.interval.ms", "long", "600000", HIGH, "How often expired offsets are removed.",

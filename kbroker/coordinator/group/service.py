@@ -89,6 +89,29 @@ class ReplicaManagerWriter:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from None
         return info.first_offset
 
+    async def wait_replicated(self, partition: int, timeout_s: float) -> int:
+        """Until every in-sync replica holds what this node appended to ``partition`` so far (its high watermark
+        reaches the log end offset seen now), so that an answer never acknowledges coordinator state a leader
+        change could lose (Kafka's coordinators append with acks=all). Returns NONE, NOT_COORDINATOR when the
+        leadership moved, or REQUEST_TIMED_OUT (``offsets.commit.timeout.ms``)."""
+        import asyncio
+
+        rm = self.replica_manager
+        try:
+            part = rm.get_leader_partition(self.topic, partition)
+        except KafkaError:
+            return ErrorCode.NOT_COORDINATOR
+        target = part.log_end_offset
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while part.high_watermark < target:
+            if not part.is_leader or rm.partitions.get((self.topic, partition)) is not part:
+                return ErrorCode.NOT_COORDINATOR
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return ErrorCode.REQUEST_TIMED_OUT
+            await rm.wait_for_data([part], left)
+        return ErrorCode.NONE
+
     def read(self, partition: int, offset: int, max_bytes: int) -> bytes:
         plog = self.replica_manager.get_partition(self.topic, partition).log
         return plog.read(offset, max_bytes, None, True).read_bytes()
@@ -98,6 +121,14 @@ class ReplicaManagerWriter:
 
     def log_end_offset(self, partition: int) -> int:
         return self.replica_manager.get_partition(self.topic, partition).log.log_end_offset
+
+
+async def _replicated(writer: Any, partition: int, timeout_ms: int) -> int:
+    wait = getattr(writer, "wait_replicated", None)
+    if wait is None:
+        return ErrorCode.NONE
+    code = await wait(partition, timeout_ms / 1000)
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE if code == ErrorCode.REQUEST_TIMED_OUT else code
 
 
 def _join_error(code: int, member_id: str) -> JoinGroupResponse:
@@ -126,10 +157,15 @@ class GroupCoordinator:
         self.loader = PartitionLoader(self.runtime, self.writer)
         self._started = False
 
+    #: how long a write waits for the in-sync replicas before the answer is COORDINATOR_NOT_AVAILABLE
+    commit_timeout_ms = 5000
+
     @classmethod
     def for_broker(cls, broker: Any) -> GroupCoordinator:
-        return cls(GroupCoordinatorConfig.from_broker_config(broker.config), broker.node_id, broker.controller,
-                   broker.replica_manager)
+        gc = cls(GroupCoordinatorConfig.from_broker_config(broker.config), broker.node_id, broker.controller,
+                 broker.replica_manager)
+        gc.commit_timeout_ms = broker.config.get_int("offsets.commit.timeout.ms")
+        return gc
 
     def _build_shard(self, partition: int, timer: CoordinatorTimer) -> GroupCoordinatorShard:
         return GroupCoordinatorShard(partition, self.config, timer, self.scheduler.now_ms,
@@ -338,6 +374,13 @@ class GroupCoordinator:
             return commit.partitions
         assert result is not None
         return result
+
+    async def replicated(self, group_id: str) -> int:
+        """After a write for ``group_id``: wait until the in-sync replicas of its ``__consumer_offsets`` partition
+        hold it (see :meth:`ReplicaManagerWriter.wait_replicated`); the error to answer with (NONE,
+        NOT_COORDINATOR, or COORDINATOR_NOT_AVAILABLE after ``offsets.commit.timeout.ms``, as Kafka maps a
+        replication timeout)."""
+        return await _replicated(self.writer, self.partition_for(group_id), self.commit_timeout_ms)
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
                       require_stable: bool = False) -> tuple[int, list[FetchedOffset]]:

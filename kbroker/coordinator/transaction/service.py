@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 
 TRANSACTION_COORDINATOR_SERDE = CoordinatorRecordSerde((cr.TransactionLogKey, cr.TransactionLogValue))
 MARKER_RETRY_MS = 200
+#: how often a marker appended here is checked for being on every in-sync replica (ms)
+MARKER_REPLICATION_POLL_MS = 10
 
 #: marker_writer(topic, partition, producer_id, producer_epoch, coordinator_epoch, commit) -> error code
 MarkerWriter = Callable[[str, int, int, int, int, bool], int]
@@ -94,10 +96,22 @@ class TransactionCoordinator:
         self._drain_scheduled = False
         self._jobs: dict[str, _MarkerJob] = {}
 
+    #: how long a write waits for the in-sync replicas before the answer is COORDINATOR_NOT_AVAILABLE
+    commit_timeout_ms = 5000
+
     @classmethod
     def for_broker(cls, broker: Any, marker_writer: MarkerWriter) -> TransactionCoordinator:
-        return cls(TransactionCoordinatorConfig.from_broker_config(broker.config), broker.node_id,
-                   broker.controller, broker.replica_manager, marker_writer)
+        tc = cls(TransactionCoordinatorConfig.from_broker_config(broker.config), broker.node_id,
+                 broker.controller, broker.replica_manager, marker_writer)
+        tc.commit_timeout_ms = broker.config.get_int("offsets.commit.timeout.ms")
+        return tc
+
+    async def replicated(self, transactional_id: str) -> int:
+        """After a write for ``transactional_id``: wait until the in-sync replicas of its ``__transaction_state``
+        partition hold it; the error to answer with (NONE, NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE)."""
+        from kbroker.coordinator.group.service import _replicated
+
+        return await _replicated(self.writer, self.partition_for(transactional_id), self.commit_timeout_ms)
 
     def _coordinator_epoch(self, partition: int) -> int:
         topic = self.controller.image.topics_by_name.get(self.topic)
@@ -306,9 +320,12 @@ class TransactionCoordinator:
                     self.scheduler.call_later(self.config.marker_delay_ms, lambda: self._advance(job))
                     return
                 continue
-            log.info("transactional id %s: marker for %s-%d failed with %s; retrying", c.transactional_id, topic,
-                     partition, ErrorCode(error).name)
-            self.scheduler.call_later(MARKER_RETRY_MS, lambda: self._advance(job))
+            (log.debug if error == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND else log.info)(
+                "transactional id %s: marker for %s-%d: %s; retrying", c.transactional_id, topic, partition,
+                ErrorCode(error).name)
+            # a marker waiting for the in-sync replicas is asked after again soon; other failures back off
+            delay = MARKER_REPLICATION_POLL_MS if error == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND else MARKER_RETRY_MS
+            self.scheduler.call_later(delay, lambda: self._advance(job))
             return
         try:
             self.runtime.write(job.partition, lambda shard: shard.complete_transaction(c))

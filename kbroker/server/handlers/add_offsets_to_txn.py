@@ -29,6 +29,8 @@ async def handle(ctx, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnRespons
         partition = gc.partition_for(request.group_id)
         error = ctx.broker.transaction_coordinator.add_partitions(
             request.transactional_id, request.producer_id, request.producer_epoch, [(OFFSETS_TOPIC, partition)])
+        if not error:
+            error = await ctx.broker.transaction_coordinator.replicated(request.transactional_id)
     if error == ErrorCode.PRODUCER_FENCED and ctx.api_version < 2:
         error = ErrorCode.INVALID_PRODUCER_EPOCH
     return AddOffsetsToTxnResponse(error_code=error)

@@ -34,8 +34,8 @@ def _results(partitions: list[tuple[str, int]], errors: dict[tuple[str, int], in
     return [R.AddPartitionsToTxnTopicResult(name=t, results_by_partition=ps) for t, ps in by_topic.items()]
 
 
-def add_or_verify(ctx, transactional_id: str, producer_id: int, producer_epoch: int, topics, verify_only: bool,
-                  version: int) -> list[R.AddPartitionsToTxnTopicResult]:
+async def add_or_verify(ctx, transactional_id: str, producer_id: int, producer_epoch: int, topics,
+                        verify_only: bool, version: int) -> list[R.AddPartitionsToTxnTopicResult]:
     tc = ctx.broker.transaction_coordinator
     image = ctx.broker.controller.image
     partitions = list(dict.fromkeys((t.name, p) for t in topics for p in t.partitions))
@@ -50,6 +50,8 @@ def add_or_verify(ctx, transactional_id: str, producer_id: int, producer_epoch: 
         errors = tc.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
     else:
         code = tc.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
+        if not code:
+            code = await tc.replicated(transactional_id)
         errors = {tp: code for tp in partitions}
     if version < 2:
         errors = {tp: ErrorCode.INVALID_PRODUCER_EPOCH if e == ErrorCode.PRODUCER_FENCED else e
@@ -60,13 +62,13 @@ def add_or_verify(ctx, transactional_id: str, producer_id: int, producer_epoch: 
 async def handle(ctx, request: AddPartitionsToTxnRequest) -> R:
     version = ctx.api_version
     if version <= 3:
-        return R(results_by_topic_v3_and_below=add_or_verify(
+        return R(results_by_topic_v3_and_below=await add_or_verify(
             ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
             request.v3_and_below_producer_epoch, request.v3_and_below_topics, False, version))
     resp = R()
     for txn in request.transactions:
         resp.results_by_transaction.append(R.AddPartitionsToTxnResult(
             transactional_id=txn.transactional_id,
-            topic_results=add_or_verify(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
+            topic_results=await add_or_verify(ctx, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
                                         txn.verify_only, version)))
     return resp

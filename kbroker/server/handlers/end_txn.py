@@ -29,6 +29,8 @@ async def handle(ctx, request: EndTxnRequest) -> EndTxnResponse:
         return EndTxnResponse(error_code=ErrorCode.INVALID_REQUEST)
     error = ctx.broker.transaction_coordinator.end_transaction(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
+    if not error:
+        error = await ctx.broker.transaction_coordinator.replicated(request.transactional_id)
     if error == ErrorCode.PRODUCER_FENCED and ctx.api_version < 2:
         error = ErrorCode.INVALID_PRODUCER_EPOCH
     return EndTxnResponse(error_code=error)

@@ -67,6 +67,8 @@ async def handle(ctx, request: InitProducerIdRequest) -> InitProducerIdResponse:
     expected = (request.producer_id, request.producer_epoch) if has_id else None
     result = tc.init_producer_id(request.transactional_id, request.transaction_timeout_ms, expected)
     code = result.error_code
+    if not code:
+        code = await tc.replicated(request.transactional_id)  # the new epoch is on every in-sync replica
     if code == ErrorCode.PRODUCER_FENCED and ctx.api_version < 4:
         code = ErrorCode.INVALID_PRODUCER_EPOCH
     if code:

@@ -59,7 +59,15 @@ async def handle(ctx, request: OffsetCommitRequest) -> R:
         group_id=request.group_id, generation_id=request.generation_id_or_member_epoch,
         member_id=request.member_id, group_instance_id=request.group_instance_id if version >= 7 else None,
         retention_time_ms=request.retention_time_ms if version <= 4 else -1, partitions=parts)
-    ctx.broker.group_coordinator.commit_offsets(request_meta(ctx), commit)
+    gc = ctx.broker.group_coordinator
+    gc.commit_offsets(request_meta(ctx), commit)
+    if any(cp.error_code == ErrorCode.NONE for cp in parts):
+        # acknowledged only once every in-sync replica of the group's __consumer_offsets partition holds it
+        code = await gc.replicated(request.group_id)
+        if code:
+            for cp in parts:
+                if cp.error_code == ErrorCode.NONE:
+                    cp.error_code = code
     return R(topics=[R.OffsetCommitResponseTopic(name=name, topic_id=topic_id, partitions=[
         R.OffsetCommitResponsePartition(partition_index=cp.partition, error_code=cp.error_code) for cp in tps])
         for name, topic_id, tps in layout])

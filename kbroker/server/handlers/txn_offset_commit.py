@@ -76,6 +76,11 @@ async def handle(ctx, request: TxnOffsetCommitRequest) -> R:
                              request.generation_id if version >= 3 else -1,
                              request.member_id if version >= 3 else "",
                              request.group_instance_id if version >= 3 else None, parts)
+        if any(p.error_code == ErrorCode.NONE for p in parts):
+            code = await gc.replicated(request.group_id)
+            for p in parts:
+                if code and p.error_code == ErrorCode.NONE:
+                    p.error_code = code
     if version < 3:
         for p in parts:
             if p.error_code == ErrorCode.PRODUCER_FENCED:

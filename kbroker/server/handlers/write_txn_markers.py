@@ -14,7 +14,8 @@ Behavior:
   producer's pending transactional offsets;
 * per partition errors: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, INVALID_PRODUCER_EPOCH (the
   marker's epoch is older than the producer's), TRANSACTION_COORDINATOR_FENCED (an older coordinator epoch
-  than the last marker's), NOT_ENOUGH_REPLICAS, KAFKA_STORAGE_ERROR.
+  than the last marker's), NOT_ENOUGH_REPLICAS (also when the in-sync replicas do not all hold the marker
+  within 5 s: it is answered only once they do, as Kafka writes markers with acks=all), KAFKA_STORAGE_ERROR.
 Version notes:
 * v1: flexible (v0 was removed in Kafka 4.0); v2: TransactionVersion (accepted; version 2 markers are handled
   with the version 1 epoch rule, transactions version 2 is not enabled).
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 
 API_KEY = ApiKey.WRITE_TXN_MARKERS
 VERSIONS = range(1, 3)
+#: how long a WriteTxnMarkers answer waits for the in-sync replicas (the sender's deadline is 10 s)
+MARKER_REPLICATION_TIMEOUT_S = 5.0
 
 
 class RemoteMarkers:
@@ -88,17 +91,68 @@ class RemoteMarkers:
         await self._channels.close()
 
 
+#: a marker appended and not yet on every in-sync replica, as the coordinator's marker writer answers meanwhile
+#: (retriable: it asks again, and gets NONE once the high watermark passed the marker)
+MARKER_NOT_REPLICATED = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+
 def write_marker(broker, topic: str, partition: int, producer_id: int, producer_epoch: int,
                  coordinator_epoch: int, commit: bool, forward: bool = True) -> int:
     """Append one transaction marker as leader; returns the error code. With ``forward`` (this node's
     coordinator) a partition led by another broker gets it through :class:`RemoteMarkers`; a WriteTxnMarkers
-    request is answered here only (NOT_LEADER_OR_FOLLOWER when this node does not lead the partition)."""
+    request is answered here only (NOT_LEADER_OR_FOLLOWER when this node does not lead the partition).
+
+    A marker counts as written once every in-sync replica holds it (Kafka writes markers with acks=all): the
+    coordinator's call appends it and answers :data:`MARKER_NOT_REPLICATED` until the partition's high watermark
+    passed it, then NONE (NOT_LEADER_OR_FOLLOWER when the leadership moved first: the next leader gets it
+    again; a second marker for a producer without an open transaction changes nothing)."""
     remote = broker.remote_markers
     if remote is not None and forward:
         t = broker.controller.image.topics_by_name.get(topic)
         p = t.partitions.get(partition) if t is not None else None
         if p is not None and p.leader != broker.node_id and p.leader >= 0:
             return remote.write(p.leader, topic, partition, producer_id, producer_epoch, coordinator_epoch, commit)
+    key = (topic, partition, producer_id, producer_epoch, commit)
+    waits = broker.replica_manager.marker_waits
+    if key in waits:
+        part, last = waits[key]
+        if broker.replica_manager.partitions.get((topic, partition)) is not part or not part.is_leader:
+            del waits[key]
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if part.high_watermark <= last:
+            return MARKER_NOT_REPLICATED
+        del waits[key]
+        return ErrorCode.NONE
+    code = _append_marker(broker, topic, partition, producer_id, producer_epoch, coordinator_epoch, commit)
+    if code:
+        return code
+    part = broker.replica_manager.partitions.get((topic, partition))
+    if part is None or part.high_watermark >= part.log_end_offset:
+        return ErrorCode.NONE
+    waits[key] = (part, part.log_end_offset - 1)
+    return MARKER_NOT_REPLICATED
+
+
+async def _replicated(broker, topic: str, partition: int, timeout_s: float) -> int:
+    """Until the high watermark of ``topic``-``partition`` reaches its log end offset as of now."""
+    rm = broker.replica_manager
+    part = rm.partitions.get((topic, partition))
+    if part is None:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    target = part.log_end_offset
+    deadline = time.monotonic() + timeout_s
+    while part.high_watermark < target:
+        if not part.is_leader or rm.partitions.get((topic, partition)) is not part:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return ErrorCode.NOT_ENOUGH_REPLICAS
+        await rm.wait_for_data([part], left)
+    return ErrorCode.NONE
+
+
+def _append_marker(broker, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                   coordinator_epoch: int, commit: bool) -> int:
     if topic == OFFSETS_TOPIC:
         return broker.group_coordinator.complete_transaction(partition, producer_id, producer_epoch,
                                                              coordinator_epoch, commit)
@@ -125,8 +179,10 @@ async def handle(ctx, request: WriteTxnMarkersRequest) -> R:
             topic_result = R.WritableTxnMarkerTopicResult(name=t.name)
             out.topics.append(topic_result)
             for p in t.partition_indexes:
-                error = write_marker(ctx.broker, t.name, p, marker.producer_id, marker.producer_epoch,
-                                     marker.coordinator_epoch, marker.transaction_result, forward=False)
+                error = _append_marker(ctx.broker, t.name, p, marker.producer_id, marker.producer_epoch,
+                                       marker.coordinator_epoch, marker.transaction_result)
+                if not error:  # answered once every in-sync replica holds it (acks=all)
+                    error = await _replicated(ctx.broker, t.name, p, MARKER_REPLICATION_TIMEOUT_S)
                 topic_result.partitions.append(R.WritableTxnMarkerPartitionResult(partition_index=p,
                                                                                   error_code=error))
     return resp
