@@ -6,6 +6,8 @@ killed leader's partitions move to an in-sync follower without losing an acknowl
   while the leader of the partitions is killed with SIGKILL and restarted, again and again; afterwards every
   acknowledged record is read back once, at its offset, in order (:mod:`kbroker.testing.history`), and the
   replicas' segment files are byte-identical (batches are copied as the leader stored them).
+* A seeded campaign of 100 faults (:mod:`kbroker.testing.fault_campaign`: kill -9 of leaders and followers,
+  SIGSTOP of brokers, a broker wiped) under the same acks=all load: nothing acknowledged lost or duplicated.
 * Three controllers and three brokers (long broker session timeout, so only the leaders' AlterPartition changes
   the ISR): a SIGSTOPped follower leaves the ISR after ``replica.lag.time.max.ms`` and acks=all goes on; after
   SIGCONT it comes back; with two followers stopped the ISR is the leader alone and an acks=all Produce is
@@ -15,156 +17,20 @@ killed leader's partitions move to an in-sync follower without losing an acknowl
 
 from __future__ import annotations
 
-import hashlib
 import shutil
-import threading
 import time
-from pathlib import Path
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 
 from compat_tests.wire import KafkaConnection, Rec, encode_batch, fetch_v4, produce_v9
 from kbroker.protocol.errors import ErrorCode
 from kbroker.testing.cluster import KbrokerCluster, wait_until
+from kbroker.testing.fault_campaign import (PARTITIONS, TOPIC, Admin, Writer, create_topic, read_back,
+                                            run_campaign, wait_identical)
 from kbroker.testing.history import History
 
-pytestmark = pytest.mark.timeout(420)
-
-TOPIC = "rep"
-PARTITIONS = 3
-
-
-class Admin:
-    """Metadata from whichever node of ``ids`` is up (a stopped node cannot answer)."""
-
-    def __init__(self, cluster: KbrokerCluster) -> None:
-        self.cluster = cluster
-        self.down: set[int] = set()
-        self._clients: dict[int, AdminClient] = {}
-
-    def client(self) -> AdminClient:
-        nid = next(i for i in self.cluster.broker_ids if i not in self.down)
-        if nid not in self._clients:
-            self._clients[nid] = AdminClient({"bootstrap.servers": self.cluster.nodes[nid].bootstrap})
-        return self._clients[nid]
-
-    def state(self, topic: str = TOPIC) -> dict[int, tuple[int, list[int]]]:
-        """partition -> (leader, sorted ISR). The answering broker may not have replayed the topic's creation yet
-        (metadata reaches brokers eventually): asked again until it has."""
-        deadline = time.monotonic() + 15
-        while True:
-            md = self.client().list_topics(topic, timeout=10).topics[topic]
-            if md.error is None and md.partitions or time.monotonic() > deadline:
-                return {pid: (pm.leader, sorted(pm.isrs)) for pid, pm in sorted(md.partitions.items())}
-            time.sleep(0.1)
-
-    def wait_isr(self, want: int, timeout: float, topic: str = TOPIC, what: str = "") -> float:
-        started = time.monotonic()
-        wait_until(lambda: all(len(isr) == want and leader >= 0 for leader, isr in self.state(topic).values()),
-                   timeout, what or f"every ISR of {topic} with {want} members")
-        return time.monotonic() - started
-
-
-def create_topic(admin: Admin, name: str = TOPIC, partitions: int = PARTITIONS, min_isr: int = 2) -> None:
-    admin.client().create_topics([NewTopic(name, partitions, 3, config={"min.insync.replicas": str(min_isr)})]
-                                 )[name].result(30)
-    admin.wait_isr(3, 30, name)
-
-
-def segment_digests(cluster: KbrokerCluster, node_ids: list[int], topic: str, partition: int) -> dict[int, str]:
-    """node -> digest of the partition's segment files, concatenated in offset order."""
-    out = {}
-    for n in node_ids:
-        files = sorted(Path(cluster.nodes[n].log_dirs).rglob(f"{topic}-{partition}/*.log"))
-        h = hashlib.sha256()
-        for f in files:
-            h.update(f.read_bytes())
-        out[n] = h.hexdigest()[:16]
-    return out
-
-
-def wait_identical(cluster: KbrokerCluster, node_ids: list[int], topic: str = TOPIC, timeout: float = 30) -> None:
-    for p in range(PARTITIONS):
-        wait_until(lambda: len(set(segment_digests(cluster, node_ids, topic, p).values())) == 1, timeout,
-                   f"identical replicas of {topic}-{p}: {segment_digests(cluster, node_ids, topic, p)}")
-
-
-class Writer:
-    """An idempotent acks=all confluent-kafka producer writing unique values round-robin over the partitions,
-    in a thread, recording attempts and acknowledgements in a :class:`History`."""
-
-    def __init__(self, bootstrap: str, h: History, prefix: str) -> None:
-        self.h = h
-        self.prefix = prefix
-        self.p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
-                           "linger.ms": 2, "message.timeout.ms": 120000, "retry.backoff.ms": 50,
-                           "topic.metadata.refresh.interval.ms": 1000})
-        self.acked = 0
-        #: per partition: acknowledgements of records produced after the last mark()
-        self.acked_in = [0] * PARTITIONS
-        self.mark = 0
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.sent = 0
-
-    def _done(self, err, msg) -> None:  # noqa: ANN001
-        if err is None:
-            self.h.ack(msg.topic(), msg.partition(), msg.offset(), msg.value(), producer=self.prefix)
-            self.acked += 1
-            if int(msg.value().rsplit(b"-", 1)[1]) >= self.mark:
-                self.acked_in[msg.partition()] += 1
-        else:
-            self.errors.append(str(err))
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for _ in range(20):
-                value = f"{self.prefix}-{self.sent}".encode()
-                self.h.attempt(TOPIC, value)
-                self.p.produce(TOPIC, value=value, partition=self.sent % PARTITIONS, on_delivery=self._done)
-                self.sent += 1
-            self.p.poll(0)
-            time.sleep(0.02)  # about 1,000 records/s
-
-    def start(self) -> Writer:
-        self._thread.start()
-        return self
-
-    def set_mark(self) -> None:
-        """From now on ``acked_in`` counts only records produced after this call (not ones in flight before)."""
-        self.acked_in = [0] * PARTITIONS
-        self.mark = self.sent
-
-    def wait_acked(self, more: int, timeout: float, partition: int | None = None) -> None:
-        """Until ``more`` further acknowledgements came (with ``partition``: of its records produced after the
-        last :meth:`set_mark`)."""
-        count = (lambda: self.acked) if partition is None else (lambda: self.acked_in[partition])
-        target = count() + more
-        wait_until(lambda: count() >= target, timeout, f"{more} more acknowledgements (errors {self.errors[:3]})")
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        assert self.p.flush(150) == 0
-
-
-def read_back(bootstrap: str, h: History, topic: str = TOPIC) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rep-read-{time.monotonic_ns()}",
-                  "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    got, last, deadline = 0, time.monotonic(), time.monotonic() + 90
-    while time.monotonic() < deadline and time.monotonic() - last < 3:
-        for m in c.consume(1000, 0.5):
-            if m.error() is None:
-                h.read(m.topic(), m.partition(), m.offset(), m.value(), committed=False)
-                got += 1
-                last = time.monotonic()
-    c.close()
-    return got
-
+pytestmark = pytest.mark.timeout(900)
 
 def test_acks_all_survives_leader_kills(tmp_path):
     """Kill -9 the leader of partition 0 four times under an acks=all load: nothing acknowledged is lost or
@@ -395,3 +261,11 @@ def test_coordinators_move_with_leadership(tmp_path):
         assert got == 6 * 30, f"read {got} committed records, expected 180"
         print(f"coordinators moved: offsets from the new group coordinator, 8 transactions across a kill; "
               f"{report.summary()}")
+
+
+def test_seeded_fault_campaign(tmp_path):
+    """100 faults, seed 1 (longer campaigns: ``python -m kbroker.testing.fault_campaign --faults 1000``)."""
+    r = run_campaign(tmp_path, 100, seed=1)
+    assert sum(r.faults.values()) == 100 and r.lost == 0 and r.duplicated == 0 and r.acknowledged > 10_000
+    assert set(r.faults) == {"kill-leader", "kill-follower", "pause", "wipe"}
+    print(r.summary())

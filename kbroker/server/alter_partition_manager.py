@@ -28,6 +28,23 @@ log = logging.getLogger(__name__)
 ALTER_PARTITION_VERSION = 3
 
 
+def apply_answer(part: Any, proposed: list[int], pd: Any) -> None:
+    """The controller's answer (``pd``: an AlterPartitionResponse partition, None when none came) to the ISR
+    change ``proposed`` for ``part``: the change is no longer in flight; an accepted one is applied at once if it
+    is newer than what the partition knows (same leader epoch, higher partition epoch)."""
+    if part.pending_isr != proposed:
+        return  # the metadata moved the partition on meanwhile
+    part.pending_isr = None
+    if pd is not None and pd.error_code:
+        log.info("AlterPartition of %s-%d to ISR %s: %s", part.topic, part.partition_index, proposed,
+                 ErrorCode(pd.error_code).name)
+    elif pd is not None and pd.leader_epoch == part.leader_epoch and pd.partition_epoch > part.partition_epoch:
+        part.isr, part.partition_epoch = list(pd.isr), pd.partition_epoch
+        log.info("ISR of %s-%d is now %s (partition epoch %d)", part.topic, part.partition_index, part.isr,
+                 part.partition_epoch)
+    part.maybe_increment_high_watermark()
+
+
 class AlterPartitionManager:
     def __init__(self, node_id: int, broker_epoch: Callable[[], int],
                  send: Callable[[AlterPartitionRequest], Awaitable[AlterPartitionResponse]],
@@ -86,21 +103,7 @@ class AlterPartitionManager:
         except Exception as exc:  # the controller moved or is unreachable: the leader proposes again later
             log.info("AlterPartition for %d partitions not done: %s", len(batch), exc)
         for key, (part, isr, leader_epoch, partition_epoch) in batch.items():
-            if part.pending_isr != isr:
-                continue
-            part.pending_isr = None
-            pd = answered.get(key)
-            if pd is None:
-                continue
-            if pd.error_code:
-                log.info("AlterPartition of %s-%d to ISR %s: %s", part.topic, part.partition_index, isr,
-                         ErrorCode(pd.error_code).name)
-                continue
-            if pd.leader_epoch == part.leader_epoch and pd.partition_epoch > part.partition_epoch:
-                part.isr, part.partition_epoch = list(pd.isr), pd.partition_epoch
-                log.info("ISR of %s-%d is now %s (partition epoch %d)", part.topic, part.partition_index,
-                         part.isr, part.partition_epoch)
-            part.maybe_increment_high_watermark()
+            apply_answer(part, isr, answered.get(key))
 
     async def close(self) -> None:
         for t in list(self._tasks) + ([self._task] if self._task else []):

@@ -152,11 +152,7 @@ class ReplicaFetcher:
             ft = topics.get(part.topic_id)
             if ft is None:
                 ft = topics[part.topic_id] = FetchRequest.FetchTopic(topic=part.topic, topic_id=part.topic_id)
-            epoch = plog.leader_epoch_cache.latest_epoch
-            ft.partitions.append(FetchRequest.FetchPartition(
-                partition=part.partition_index, current_leader_epoch=part.leader_epoch,
-                fetch_offset=plog.log_end_offset, last_fetched_epoch=epoch,
-                log_start_offset=plog.log_start_offset, partition_max_bytes=settings.max_bytes))
+            ft.partitions.append(fetch_partition(part, settings.max_bytes))
             sent[(part.topic_id, part.partition_index)] = (part, part.leader_epoch, plog.log_end_offset)
         req = FetchRequest(replica_state=FetchRequest.ReplicaState(replica_id=self.manager.node_id,
                                                                    replica_epoch=self.manager.broker_epoch()),
@@ -180,10 +176,9 @@ class ReplicaFetcher:
                 if plog.log_end_offset != fetch_offset:
                     continue  # truncated meanwhile
                 try:
-                    if pd.error_code == ErrorCode.NONE:
-                        self._apply(part, pd)
-                    elif pd.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
-                        self._out_of_range(part, pd)
+                    if pd.error_code in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE):
+                        if not apply_fetched(part, pd, self.leader_id):
+                            self.delayed[key] = time.monotonic() + backoff
                     else:
                         if pd.error_code not in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
                                                  ErrorCode.UNKNOWN_LEADER_EPOCH):
@@ -195,48 +190,66 @@ class ReplicaFetcher:
                               part.partition_index, self.leader_id, exc)
                     self.delayed[key] = time.monotonic() + backoff
 
-    def _apply(self, part: Any, pd: Any) -> None:
-        plog = part.log
-        div = pd.diverging_epoch
-        if div.epoch >= 0 or div.end_offset >= 0:
-            self._truncate_diverging(part, div.epoch, div.end_offset)
-            return
-        records = pd.records
-        if records is not None and len(records):
-            plog.append_as_follower(records)
-        if pd.high_watermark >= 0:
-            new_hw = min(pd.high_watermark, plog.log_end_offset)
-            if new_hw > plog.high_watermark:
-                plog.high_watermark = new_hw
-                part.wake_waiters()
-        if pd.log_start_offset > plog.log_start_offset:
-            plog.advance_log_start_offset(min(pd.log_start_offset, plog.high_watermark))
 
-    def _truncate_diverging(self, part: Any, epoch: int, end_offset: int) -> None:
-        """Truncate to where this log and the leader's agree: the smaller of the leader's end offset for
-        ``epoch`` and this log's own end offset for that epoch (epoch -1: the leader has nothing as old: down to
-        this log's high watermark)."""
-        plog = part.log
-        if epoch < 0 or end_offset < 0:
-            target = plog.high_watermark
-        else:
-            own_epoch, own_end = plog.leader_epoch_cache.end_offset_for(epoch, plog.log_end_offset)
-            target = min(end_offset, own_end) if own_epoch == epoch else min(end_offset, max(own_end, 0))
-        target = min(target, plog.log_end_offset)
-        log.info("follower %s-%d diverged from leader %d at epoch %d: truncating from %d to %d", part.topic,
-                 part.partition_index, self.leader_id, epoch, plog.log_end_offset, target)
-        plog.truncate_to(target)
+def fetch_partition(part: Any, max_bytes: int) -> FetchRequest.FetchPartition:
+    """What a follower asks the leader for ``part``: from its log end offset, with the epoch of its last batch."""
+    plog = part.log
+    return FetchRequest.FetchPartition(
+        partition=part.partition_index, current_leader_epoch=part.leader_epoch, fetch_offset=plog.log_end_offset,
+        last_fetched_epoch=plog.leader_epoch_cache.latest_epoch, log_start_offset=plog.log_start_offset,
+        partition_max_bytes=max_bytes)
 
-    def _out_of_range(self, part: Any, pd: Any) -> None:
-        plog = part.log
-        if pd.log_start_offset >= 0 and plog.log_end_offset < pd.log_start_offset:
-            log.info("follower %s-%d is below leader %d's log start %d: starting over there", part.topic,
-                     part.partition_index, self.leader_id, pd.log_start_offset)
-            plog.truncate_fully_and_start_at(pd.log_start_offset)
-        else:
-            plog.truncate_to(plog.high_watermark)
-            self.delayed[(part.topic, part.partition_index)] = (time.monotonic()
-                                                                + self.manager.settings.backoff_ms / 1000)
+
+def apply_fetched(part: Any, pd: Any, leader_id: int = -1) -> bool:
+    """Apply the leader's answer for ``part`` (NONE or OFFSET_OUT_OF_RANGE; sent for the follower's current log
+    end offset): append the records, or truncate to a diverging epoch, or restart at the leader's log start; then
+    the high watermark and log start offset. False when the partition should wait before its next fetch.
+    Raises KafkaError / OSError / CorruptRecordError from the log."""
+    if pd.error_code == ErrorCode.OFFSET_OUT_OF_RANGE:
+        return _out_of_range(part, pd, leader_id)
+    plog = part.log
+    div = pd.diverging_epoch
+    if div.epoch >= 0 or div.end_offset >= 0:
+        _truncate_diverging(part, div.epoch, div.end_offset, leader_id)
+        return True
+    records = pd.records
+    if records is not None and len(records):
+        plog.append_as_follower(records)
+    if pd.high_watermark >= 0:
+        new_hw = min(pd.high_watermark, plog.log_end_offset)
+        if new_hw > plog.high_watermark:
+            plog.high_watermark = new_hw
+            part.wake_waiters()
+    if pd.log_start_offset > plog.log_start_offset:
+        plog.advance_log_start_offset(min(pd.log_start_offset, plog.high_watermark))
+    return True
+
+
+def _truncate_diverging(part: Any, epoch: int, end_offset: int, leader_id: int) -> None:
+    """Truncate to where this log and the leader's agree: the smaller of the leader's end offset for ``epoch``
+    and this log's own end offset for that epoch (epoch -1: the leader has nothing as old: down to this log's
+    high watermark)."""
+    plog = part.log
+    if epoch < 0 or end_offset < 0:
+        target = plog.high_watermark
+    else:
+        own_epoch, own_end = plog.leader_epoch_cache.end_offset_for(epoch, plog.log_end_offset)
+        target = min(end_offset, own_end) if own_epoch == epoch else min(end_offset, max(own_end, 0))
+    target = min(target, plog.log_end_offset)
+    log.info("follower %s-%d diverged from leader %d at epoch %d: truncating from %d to %d", part.topic,
+             part.partition_index, leader_id, epoch, plog.log_end_offset, target)
+    plog.truncate_to(target)
+
+
+def _out_of_range(part: Any, pd: Any, leader_id: int) -> bool:
+    plog = part.log
+    if pd.log_start_offset >= 0 and plog.log_end_offset < pd.log_start_offset:
+        log.info("follower %s-%d is below leader %d's log start %d: starting over there", part.topic,
+                 part.partition_index, leader_id, pd.log_start_offset)
+        plog.truncate_fully_and_start_at(pd.log_start_offset)
+        return True
+    plog.truncate_to(plog.high_watermark)
+    return False
 
 
 class ReplicaFetcherManager:

@@ -115,6 +115,33 @@ class Partition:
         self.log.leader_epoch_cache.assign(self.leader_epoch, self.log.log_end_offset)
         self.maybe_increment_high_watermark()
 
+    def apply_state(self, leader: int, leader_epoch: int, partition_epoch: int, replicas: list[int],
+                    isr: list[int], now_ms: int) -> str:
+        """Take the metadata's state of this partition. Returns what that means for this replica: ``"stale"``
+        (an older partition epoch than one already applied from an AlterPartition answer: ignored),
+        ``"leader"`` (it became leader or the leader epoch changed: follower tracking restarts), ``"leading"``
+        (still the leader; the ISR may have changed), ``"follower"`` (a new leader or epoch to follow) or
+        ``"following"`` (nothing changed for a follower)."""
+        if partition_epoch < self.partition_epoch and leader_epoch <= self.leader_epoch:
+            return "stale"
+        leadership_changed = leader != self.leader or leader_epoch != self.leader_epoch
+        self.leader, self.leader_epoch = leader, leader_epoch
+        self.partition_epoch, self.replicas, self.isr = partition_epoch, list(replicas), list(isr)
+        if self.is_leader:
+            if leadership_changed:
+                self.make_leader(now_ms)
+                return "leader"
+            if self.pending_isr is not None and sorted(self.pending_isr) == sorted(self.isr):
+                self.pending_isr = None
+            self.maybe_increment_high_watermark()
+            return "leading"
+        self.followers = {}
+        self.pending_isr = None
+        if leadership_changed:
+            self.wake_waiters()  # delayed produces and fetches on the old leadership answer now
+            return "follower"
+        return "following"
+
     def maximal_isr(self) -> list[int]:
         """The ISR the high watermark must wait for: the committed one plus members of an expansion in flight
         (a shrink in flight is not applied until committed), as in Kafka."""
@@ -302,31 +329,18 @@ class ReplicaManager:
             self._create_in_background(missing, image)
 
     def _update(self, part: Partition, p: Any) -> None:
-        """Apply the image's state of a hosted partition: a new leader or leader epoch makes this replica leader
-        (follower tracking restarts) or follower (fetching from the new leader); an ISR change moves the high
-        watermark. A partition epoch older than the one known (an AlterPartition answer came first) is skipped."""
-        if p.partition_epoch < part.partition_epoch and p.leader_epoch <= part.leader_epoch:
+        """Apply the image's state of a hosted partition (:meth:`Partition.apply_state`) and move it between
+        the fetchers: a follower fetches from its (new) leader, a leader fetches from nobody."""
+        change = part.apply_state(p.leader, p.leader_epoch, p.partition_epoch, list(p.replicas), list(p.isr),
+                                  int(time.time() * 1000))
+        fm = self.fetcher_manager
+        if fm is None or change == "stale":
             return
-        leadership_changed = p.leader != part.leader or p.leader_epoch != part.leader_epoch
-        part.leader, part.leader_epoch = p.leader, p.leader_epoch
-        part.partition_epoch, part.replicas, part.isr = p.partition_epoch, list(p.replicas), list(p.isr)
-        if part.is_leader:
-            if leadership_changed:
-                if self.fetcher_manager is not None:
-                    self.fetcher_manager.unfollow((part.topic, part.partition_index))
-                part.make_leader(int(time.time() * 1000))
-            else:
-                if part.pending_isr is not None and sorted(part.pending_isr) == sorted(part.isr):
-                    part.pending_isr = None
-                part.maybe_increment_high_watermark()
-        else:
-            part.followers = {}
-            part.pending_isr = None
-            if leadership_changed:
-                part.wake_waiters()  # delayed produces and fetches on the old leadership answer now
-            if self.fetcher_manager is not None and (
-                    leadership_changed or self.fetcher_manager.following((part.topic, part.partition_index)) < 0):
-                self.fetcher_manager.follow(part)
+        key = (part.topic, part.partition_index)
+        if change == "leader":
+            fm.unfollow(key)
+        elif change == "follower" or (change == "following" and fm.following(key) < 0):
+            fm.follow(part)
 
     @staticmethod
     def _loop_running() -> bool:

@@ -106,7 +106,7 @@ def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1):
                 part = rm.get_leader_partition(topic.name, fp.partition)
                 part.check_leader_epoch(fp.current_leader_epoch)
                 if replica_id >= 0:
-                    if not _follower_position(rm, part, replica_id, fp, pd, version, now_ms):
+                    if not follower_position(rm, part, replica_id, fp, pd, version, now_ms):
                         continue  # diverging: the follower truncates first
                     upper = part.log_end_offset
                 parts.append(part)
@@ -136,7 +136,7 @@ def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1):
     return resp, (-1 if had_error and total == 0 else total), parts
 
 
-def _follower_position(rm, part, replica_id: int, fp, pd, version: int, now_ms: int) -> bool:
+def follower_position(rm, part, replica_id: int, fp, pd, version: int, now_ms: int) -> bool:
     """A follower's fetch position: check it against the leader's log, record it (moving the high watermark, maybe
     expanding the ISR). False (and ``pd.diverging_epoch`` set) when the follower's log diverged from the leader's
     at its last fetched epoch. Raises KafkaError NOT_LEADER_OR_FOLLOWER / OFFSET_OUT_OF_RANGE."""

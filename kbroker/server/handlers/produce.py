@@ -188,15 +188,23 @@ async def wait_for_in_sync_replicas(rm: Any, delayed: list[tuple[Any, int, Any]]
             break
         await rm.wait_for_data([p for p, _, _ in pending], left)
     for part, last, pr in delayed:
-        if not part.is_leader:
-            pr.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
-        elif part.high_watermark <= last:
-            pr.error_code = ErrorCode.REQUEST_TIMED_OUT
-        elif len(part.isr) < rm.broker.topic_config_int(part.topic, "min.insync.replicas"):
-            pr.error_code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-        else:
-            continue
-        pr.base_offset = -1
+        code = acks_all_outcome(part, last, rm.broker.topic_config_int(part.topic, "min.insync.replicas"))
+        pr.error_code = ErrorCode.REQUEST_TIMED_OUT if code is None else code
+        if pr.error_code:
+            pr.base_offset = -1
+
+
+def acks_all_outcome(part: Any, last_offset: int, min_insync_replicas: int) -> int | None:
+    """The answer to an acks=-1 append ending at ``last_offset``: None while it waits (the high watermark has
+    not passed it), NOT_LEADER_OR_FOLLOWER when this replica no longer leads, NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    when it is replicated but the ISR is below ``min.insync.replicas``, else NONE (acknowledged)."""
+    if not part.is_leader:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    if part.high_watermark <= last_offset:
+        return None
+    if len(part.isr) < min_insync_replicas:
+        return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    return ErrorCode.NONE
 
 
 async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:

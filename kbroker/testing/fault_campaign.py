@@ -1,0 +1,295 @@
+"""A seeded fault campaign against a replicated kbroker cluster, with real processes and a real client (issue 10).
+
+Three controllers and three brokers (``KbrokerCluster(nodes=3, brokers=3)``), a topic with 3 partitions,
+replication factor 3 and ``min.insync.replicas=2``, and confluent-kafka's idempotent acks=all producer writing
+about 1,000 unique records/s (:class:`Writer`) while faults chosen by the seed hit the brokers one after
+another:
+
+* ``kill-leader`` / ``kill-follower``: SIGKILL a broker leading (or only following) a partition, restart it
+  (it registers once its session has expired and the controller fenced it, then catches up);
+* ``pause``: SIGSTOP a broker for 0.2-1.5 s, then SIGCONT (a follower stopped beyond
+  ``replica.lag.time.max.ms`` leaves the ISR and comes back; a leader only delays its answers);
+* ``wipe``: SIGKILL a broker, delete its data directories, restart it (it rebuilds every replica from the
+  leaders).
+
+After each fault the campaign waits until every broker is back, every ISR is full again and every partition has
+acknowledged new records. At the end everything acknowledged is read back and checked with
+:class:`~kbroker.testing.history.History` (nothing lost, duplicated, moved or reordered), and the replicas'
+segment files are compared byte for byte. ``compat_tests/test_replication.py`` runs a seeded slice of 100 faults
+in CI; longer campaigns::
+
+    python -m kbroker.testing.fault_campaign --faults 1000 --seed 7
+
+print the counts (faults by kind, acknowledged, read, lost, duplicated) and the recovery times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from kbroker.testing.cluster import KbrokerCluster, wait_until
+from kbroker.testing.history import History
+
+TOPIC = "rep"
+PARTITIONS = 3
+
+
+class Admin:
+    """Metadata from whichever node of ``ids`` is up (a stopped node cannot answer)."""
+
+    def __init__(self, cluster: KbrokerCluster) -> None:
+        self.cluster = cluster
+        self.down: set[int] = set()
+        self._clients: dict[int, AdminClient] = {}
+
+    def client(self) -> AdminClient:
+        nid = next(i for i in self.cluster.broker_ids if i not in self.down)
+        if nid not in self._clients:
+            self._clients[nid] = AdminClient({"bootstrap.servers": self.cluster.nodes[nid].bootstrap})
+        return self._clients[nid]
+
+    def state(self, topic: str = TOPIC) -> dict[int, tuple[int, list[int]]]:
+        """partition -> (leader, sorted ISR). The answering broker may not have replayed the topic's creation yet
+        (metadata reaches brokers eventually): asked again until it has."""
+        deadline = time.monotonic() + 15
+        while True:
+            md = self.client().list_topics(topic, timeout=10).topics[topic]
+            if md.error is None and md.partitions or time.monotonic() > deadline:
+                return {pid: (pm.leader, sorted(pm.isrs)) for pid, pm in sorted(md.partitions.items())}
+            time.sleep(0.1)
+
+    def wait_isr(self, want: int, timeout: float, topic: str = TOPIC, what: str = "") -> float:
+        started = time.monotonic()
+        wait_until(lambda: all(len(isr) == want and leader >= 0 for leader, isr in self.state(topic).values()),
+                   timeout, what or f"every ISR of {topic} with {want} members")
+        return time.monotonic() - started
+
+
+def create_topic(admin: Admin, name: str = TOPIC, partitions: int = PARTITIONS, min_isr: int = 2) -> None:
+    admin.client().create_topics([NewTopic(name, partitions, 3, config={"min.insync.replicas": str(min_isr)})]
+                                 )[name].result(30)
+    admin.wait_isr(3, 30, name)
+
+
+def segment_digests(cluster: KbrokerCluster, node_ids: list[int], topic: str, partition: int) -> dict[int, str]:
+    """node -> digest of the partition's segment files, concatenated in offset order."""
+    out = {}
+    for n in node_ids:
+        files = sorted(Path(cluster.nodes[n].log_dirs).rglob(f"{topic}-{partition}/*.log"))
+        h = hashlib.sha256()
+        for f in files:
+            h.update(f.read_bytes())
+        out[n] = h.hexdigest()[:16]
+    return out
+
+
+def wait_identical(cluster: KbrokerCluster, node_ids: list[int], topic: str = TOPIC, timeout: float = 30) -> None:
+    for p in range(PARTITIONS):
+        wait_until(lambda: len(set(segment_digests(cluster, node_ids, topic, p).values())) == 1, timeout,
+                   f"identical replicas of {topic}-{p}: {segment_digests(cluster, node_ids, topic, p)}")
+
+
+class Writer:
+    """An idempotent acks=all confluent-kafka producer writing unique values round-robin over the partitions,
+    in a thread, recording attempts and acknowledgements in a :class:`History`."""
+
+    def __init__(self, bootstrap: str, h: History, prefix: str) -> None:
+        self.h = h
+        self.prefix = prefix
+        self.p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                           "linger.ms": 2, "message.timeout.ms": 120000, "retry.backoff.ms": 50,
+                           "topic.metadata.refresh.interval.ms": 1000})
+        self.acked = 0
+        #: per partition: acknowledgements of records produced after the last mark()
+        self.acked_in = [0] * PARTITIONS
+        self.mark = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.sent = 0
+
+    def _done(self, err, msg) -> None:  # noqa: ANN001
+        if err is None:
+            self.h.ack(msg.topic(), msg.partition(), msg.offset(), msg.value(), producer=self.prefix)
+            self.acked += 1
+            if int(msg.value().rsplit(b"-", 1)[1]) >= self.mark:
+                self.acked_in[msg.partition()] += 1
+        else:
+            self.errors.append(str(err))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for _ in range(20):
+                value = f"{self.prefix}-{self.sent}".encode()
+                self.h.attempt(TOPIC, value)
+                self.p.produce(TOPIC, value=value, partition=self.sent % PARTITIONS, on_delivery=self._done)
+                self.sent += 1
+            self.p.poll(0)
+            time.sleep(0.02)  # about 1,000 records/s
+
+    def start(self) -> Writer:
+        self._thread.start()
+        return self
+
+    def set_mark(self) -> None:
+        """From now on ``acked_in`` counts only records produced after this call (not ones in flight before)."""
+        self.acked_in = [0] * PARTITIONS
+        self.mark = self.sent
+
+    def wait_acked(self, more: int, timeout: float, partition: int | None = None) -> None:
+        """Until ``more`` further acknowledgements came (with ``partition``: of its records produced after the
+        last :meth:`set_mark`)."""
+        count = (lambda: self.acked) if partition is None else (lambda: self.acked_in[partition])
+        target = count() + more
+        wait_until(lambda: count() >= target, timeout, f"{more} more acknowledgements (errors {self.errors[:3]})")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        assert self.p.flush(150) == 0
+
+
+def read_back(bootstrap: str, h: History, topic: str = TOPIC) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rep-read-{time.monotonic_ns()}",
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    got, last, deadline = 0, time.monotonic(), time.monotonic() + 90
+    while time.monotonic() < deadline and time.monotonic() - last < 3:
+        for m in c.consume(1000, 0.5):
+            if m.error() is None:
+                h.read(m.topic(), m.partition(), m.offset(), m.value(), committed=False)
+                got += 1
+                last = time.monotonic()
+    c.close()
+    return got
+
+
+
+
+#: fast failure detection, so that a fault costs seconds: the controller fences a silent broker after 1.5 s,
+#: a leader drops a follower not caught up for 1 s
+CAMPAIGN_OVERRIDES = {"broker.session.timeout.ms": 1500, "broker.heartbeat.interval.ms": 200,
+                      "replica.lag.time.max.ms": 1000, "replica.fetch.backoff.ms": 200}
+FAULT_KINDS = ("kill-leader", "kill-follower", "pause", "wipe")
+FAULT_WEIGHTS = (4, 3, 6, 1)
+
+
+@dataclass
+class CampaignResult:
+    faults: Counter = field(default_factory=Counter)
+    acknowledged: int = 0
+    read: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    #: per fault: seconds from the fault until everything was back (brokers registered, ISRs full, acks flowing)
+    recovery_s: list[float] = field(default_factory=list)
+    report: Any = None
+
+    def summary(self) -> str:
+        rec = sorted(self.recovery_s)
+        p50 = statistics.median(rec) if rec else 0.0
+        p99 = rec[min(len(rec) - 1, int(len(rec) * 0.99))] if rec else 0.0
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items()))
+        return (f"{sum(self.faults.values())} faults ({kinds}); {self.acknowledged} acknowledged, {self.read} read, "
+                f"{self.lost} lost, {self.duplicated} duplicated; recovery p50 {p50:.1f} s, p99 {p99:.1f} s")
+
+
+def _broker_roles(admin: Admin) -> tuple[set[int], set[int]]:
+    state = admin.state()
+    leaders = {leader for leader, _ in state.values() if leader >= 0}
+    replicas = {r for _, isr in state.values() for r in isr}
+    return leaders, replicas - leaders
+
+
+def run_campaign(root: Path, faults: int, seed: int, log: Any = None) -> CampaignResult:
+    """Run ``faults`` seeded faults against a fresh cluster under ``root``; see the module docstring. Raises
+    AssertionError (from the history check or a recovery that does not come) on a failure."""
+    rng = random.Random(seed)
+    out = CampaignResult()
+    say = log or (lambda msg: None)
+    cluster = KbrokerCluster(root, nodes=3, brokers=3, overrides=CAMPAIGN_OVERRIDES)
+    with cluster:
+        admin = Admin(cluster)
+        create_topic(admin)
+        h = History()
+        w = Writer(cluster.bootstrap, h, f"c{seed}").start()
+        try:
+            w.wait_acked(300, 30)
+            for i in range(faults):
+                kind = rng.choices(FAULT_KINDS, FAULT_WEIGHTS)[0]
+                leaders, followers = _broker_roles(admin)
+                pool = sorted(leaders if kind == "kill-leader" else followers if kind == "kill-follower"
+                              else cluster.broker_ids)
+                if not pool:
+                    pool = sorted(cluster.broker_ids)
+                victim = rng.choice(pool)
+                started = time.monotonic()
+                say(f"fault {i + 1}/{faults}: {kind} broker {victim}")
+                admin.down.add(victim)
+                if kind == "pause":
+                    cluster.pause(victim)
+                    time.sleep(rng.uniform(0.2, 1.5))
+                    cluster.resume(victim)
+                else:
+                    cluster.kill(victim)
+                    time.sleep(rng.uniform(0.0, 1.0))
+                    if kind == "wipe":
+                        shutil.rmtree(cluster.nodes[victim].log_dirs, ignore_errors=True)
+                    cluster.restart(victim)
+                admin.down.discard(victim)
+                out.faults[kind] += 1
+                admin.wait_isr(3, 60, what=f"every ISR full again after fault {i + 1} ({kind} {victim})")
+                w.set_mark()
+                for p in range(PARTITIONS):
+                    w.wait_acked(5, 60, partition=p)
+                out.recovery_s.append(time.monotonic() - started)
+        finally:
+            w.stop()
+        out.read = read_back(cluster.bootstrap, h)
+        report = h.check()
+        out.report = report
+        out.acknowledged = report.acknowledged
+        out.lost, out.duplicated = len(report.lost), len(report.duplicated)
+        report.assert_ok()
+        wait_identical(cluster, cluster.broker_ids)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--faults", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--root", help="where the cluster's directories go (default: a temporary directory)")
+    ap.add_argument("--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="kbroker-faults-"))
+    started = time.monotonic()
+    try:
+        r = run_campaign(root, args.faults, args.seed, log=(lambda m: print(m, flush=True)) if args.verbose else None)
+    except AssertionError as exc:
+        print(f"FAIL (seed {args.seed}): {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if not args.root:
+            shutil.rmtree(root, ignore_errors=True)
+    print(f"seed {args.seed}: {r.summary()}; {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
