@@ -11,9 +11,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from kbroker.testing.fault_campaign import read_back
 from kbroker.testing.history import History
 
 pytestmark = pytest.mark.timeout(300)
@@ -38,24 +39,6 @@ def produce_some(bootstrap: str, h: History, prefix: str, n: int) -> int:
             p.poll(0)
     p.flush(60)
     return acked[0]
-
-
-def read_back(bootstrap: str, h: History, isolation: str) -> int:
-    """Every record of the three partitions from offset 0, until nothing more comes for 3 s."""
-    committed = isolation == "read_committed"
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"hist-{isolation}-{time.monotonic_ns()}",
-                  "enable.auto.commit": False, "isolation.level": isolation})
-    c.assign([TopicPartition("hist", p, 0) for p in range(3)])
-    got, last, deadline = 0, time.monotonic(), time.monotonic() + 90
-    while time.monotonic() < deadline and time.monotonic() - last < 3:
-        m = c.poll(0.2)
-        if m is None or m.error():
-            continue
-        h.read("hist", m.partition(), m.offset(), m.value(), committed=committed)
-        got += 1
-        last = time.monotonic()
-    c.close()
-    return got
 
 
 def test_the_history_of_a_run_with_a_kill_is_clean_and_a_hidden_loss_is_found(kbroker_factory):
@@ -84,8 +67,8 @@ def test_the_history_of_a_run_with_a_kill_is_clean_and_a_hidden_loss_is_found(kb
         (tx.commit_transaction if outcome else tx.abort_transaction)(30)
         h.end_transaction("hist-tx", committed=outcome)
 
-    assert read_back(bootstrap, h, "read_uncommitted") == 6150
-    assert read_back(bootstrap, h, "read_committed") == 6100  # the aborted transaction's 50 skipped
+    assert read_back(bootstrap, h, "hist", "read_uncommitted") == 6150
+    assert read_back(bootstrap, h, "hist", "read_committed") == 6100  # the aborted transaction's 50 skipped
     report = h.check()
     report.assert_ok()
     assert report.acknowledged == 6150

@@ -245,17 +245,7 @@ def test_coordinators_move_with_leadership(tmp_path):
             one_transaction(commit=i != 1)
         assert _leader_of(admin, "__transaction_state", partition_for(txn_id, 5)) != tc
         p.flush(30)
-        rc = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "rep-rc", "enable.auto.commit": False,
-                       "isolation.level": "read_committed"})
-        rc.assign([TopicPartition(TOPIC, q, 0) for q in range(PARTITIONS)])
-        got, last, deadline = 0, time.monotonic(), time.monotonic() + 60
-        while time.monotonic() < deadline and time.monotonic() - last < 3:
-            for m in rc.consume(500, 0.5):
-                if m.error() is None:
-                    h.read(m.topic(), m.partition(), m.offset(), m.value(), committed=True)
-                    got += 1
-                    last = time.monotonic()
-        rc.close()
+        got = read_back(cluster.bootstrap, h, isolation="read_committed")
         report = h.check()
         report.assert_ok()
         assert got == 6 * 30, f"read {got} committed records, expected 180"

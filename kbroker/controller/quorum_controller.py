@@ -1031,8 +1031,7 @@ class QuorumController:
                 cordoned_log_dirs=[],
             )
             unfence = BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=broker_epoch, fenced=-1)
-            for i in range(0, len(unclean), PARTITION_CHANGES_PER_BATCH):
-                self._commit(unclean[i:i + PARTITION_CHANGES_PER_BATCH])
+            self._commit_partition_changes([], unclean)
             records: list[Any] = [reg, unfence]
             if self.raft_mode:
                 records += self._leaders_for_unfenced(broker_id)

@@ -292,6 +292,7 @@ class Broker:
     async def _send_alter_partition(self, request: Any) -> Any:
         """An AlterPartition to the active controller: in-process when it is this node."""
         from kbroker.protocol.api_keys import ApiKey
+        from kbroker.server.alter_partition_manager import ALTER_PARTITION_VERSION
         from kbroker.server.handlers.alter_partition import alter_partition
         from kbroker.server.inter_node import NodeRequestError
 
@@ -301,7 +302,8 @@ class Broker:
         leader = mq.leader_id
         if leader < 0:
             raise NodeRequestError("no active controller known")
-        return await mq._controller_channel(leader).request(ApiKey.ALTER_PARTITION, 3, request, mq.request_timeout_s)
+        return await mq._controller_channel(leader).request(ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION, request,
+                                                          mq.request_timeout_s)
 
     async def _bind(self, lst: Any, start_serving: bool = True) -> None:
         loop = asyncio.get_running_loop()

@@ -312,3 +312,4 @@ class ReplicaFetcherManager:
             await f.stop()
         self.fetchers.clear()
         self.assigned.clear()
+        await self.channels.close()

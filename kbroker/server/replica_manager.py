@@ -184,8 +184,11 @@ class Partition:
         the leader always stays."""
         if self.pending_isr is not None:
             return None
-        out = [r for r in self.isr if r == self.local_id
-               or now_ms - self.followers.get(r, FollowerState(last_caught_up_ms=now_ms)).last_caught_up_ms <= max_lag_ms]
+        def caught_up(r: int) -> bool:
+            state = self.followers.get(r)
+            return r == self.local_id or state is None or now_ms - state.last_caught_up_ms <= max_lag_ms
+
+        out = [r for r in self.isr if caught_up(r)]
         return out if len(out) < len(self.isr) else None
 
     def maybe_increment_high_watermark(self) -> bool:
@@ -467,6 +470,22 @@ class ReplicaManager:
         if not part.maybe_increment_high_watermark():
             part.wake_append_waiters()  # followers' fetches
         return info
+
+    async def wait_replicated(self, part: Partition, timeout_s: float) -> int:
+        """Until every in-sync replica of ``part`` holds what this leader has appended so far (the high watermark
+        reaches the log end offset seen now): NONE, NOT_LEADER_OR_FOLLOWER when this replica stops leading it
+        first, REQUEST_TIMED_OUT after ``timeout_s``. What the coordinators' writes and transaction markers wait
+        for (Kafka appends them with acks=all)."""
+        target = part.log_end_offset
+        deadline = time.monotonic() + timeout_s
+        while part.high_watermark < target:
+            if not part.is_leader or self.partitions.get((part.topic, part.partition_index)) is not part:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return ErrorCode.REQUEST_TIMED_OUT
+            await self.wait_for_data([part], left)
+        return ErrorCode.NONE
 
     # ---- delayed fetch ----
     async def wait_for_data(self, parts: list[Partition], timeout_s: float, appends: bool = False) -> None:

@@ -164,15 +164,18 @@ class Writer:
         assert self.p.flush(150) == 0
 
 
-def read_back(bootstrap: str, h: History, topic: str = TOPIC) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"rep-read-{time.monotonic_ns()}",
-                  "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+def read_back(bootstrap: str, h: History, topic: str = TOPIC, isolation: str = "read_uncommitted",
+              partitions: int = PARTITIONS) -> int:
+    """Read every record of ``topic``'s partitions from offset 0 into ``h`` (as ``isolation`` returns them) until
+    nothing more comes for 3 s; returns how many were read."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-back-{time.monotonic_ns()}",
+                  "enable.auto.commit": False, "isolation.level": isolation})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got, last, deadline = 0, time.monotonic(), time.monotonic() + 90
     while time.monotonic() < deadline and time.monotonic() - last < 3:
         for m in c.consume(1000, 0.5):
             if m.error() is None:
-                h.read(m.topic(), m.partition(), m.offset(), m.value(), committed=False)
+                h.read(m.topic(), m.partition(), m.offset(), m.value(), committed=isolation == "read_committed")
                 got += 1
                 last = time.monotonic()
     c.close()

@@ -94,23 +94,13 @@ class ReplicaManagerWriter:
         reaches the log end offset seen now), so that an answer never acknowledges coordinator state a leader
         change could lose (Kafka's coordinators append with acks=all). Returns NONE, NOT_COORDINATOR when the
         leadership moved, or REQUEST_TIMED_OUT (``offsets.commit.timeout.ms``)."""
-        import asyncio
-
         rm = self.replica_manager
         try:
             part = rm.get_leader_partition(self.topic, partition)
         except KafkaError:
             return ErrorCode.NOT_COORDINATOR
-        target = part.log_end_offset
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while part.high_watermark < target:
-            if not part.is_leader or rm.partitions.get((self.topic, partition)) is not part:
-                return ErrorCode.NOT_COORDINATOR
-            left = deadline - asyncio.get_running_loop().time()
-            if left <= 0:
-                return ErrorCode.REQUEST_TIMED_OUT
-            await rm.wait_for_data([part], left)
-        return ErrorCode.NONE
+        code = await rm.wait_replicated(part, timeout_s)
+        return ErrorCode.NOT_COORDINATOR if code == ErrorCode.NOT_LEADER_OR_FOLLOWER else code
 
     def read(self, partition: int, offset: int, max_bytes: int) -> bytes:
         plog = self.replica_manager.get_partition(self.topic, partition).log

@@ -62,19 +62,22 @@ async def handle(ctx, request: FetchRequest) -> FetchResponse:
     replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
     follower = replica_id >= 0
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
+    first = True
     while True:
-        resp, total, parts = _read_all(ctx, request, version, replica_id)
+        # a follower's position is recorded once per request, not again when a long poll reads again
+        resp, total, parts = _read_all(ctx, request, version, replica_id, record=first)
+        first = False
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or remaining <= 0 or not parts or total < 0:
             return resp
         await broker.replica_manager.wait_for_data(parts, remaining, appends=follower)
         if time.monotonic() >= deadline:
-            return _read_all(ctx, request, version, replica_id)[0]
+            return _read_all(ctx, request, version, replica_id, record=False)[0]
 
 
-def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1):
+def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, record: bool = True):
     """Read every requested partition once -> (response, bytes read or -1 on errors, partitions).
-    ``replica_id`` >= 0: a follower's fetch."""
+    ``replica_id`` >= 0: a follower's fetch (``record``: its position is recorded, see :func:`follower_position`)."""
     broker = ctx.broker
     image = broker.controller.image
     rm = broker.replica_manager
@@ -106,7 +109,7 @@ def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1):
                 part = rm.get_leader_partition(topic.name, fp.partition)
                 part.check_leader_epoch(fp.current_leader_epoch)
                 if replica_id >= 0:
-                    if not follower_position(rm, part, replica_id, fp, pd, version, now_ms):
+                    if not follower_position(rm, part, replica_id, fp, pd, version, now_ms, record):
                         continue  # diverging: the follower truncates first
                     upper = part.log_end_offset
                 parts.append(part)
@@ -136,10 +139,11 @@ def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1):
     return resp, (-1 if had_error and total == 0 else total), parts
 
 
-def follower_position(rm, part, replica_id: int, fp, pd, version: int, now_ms: int) -> bool:
-    """A follower's fetch position: check it against the leader's log, record it (moving the high watermark, maybe
-    expanding the ISR). False (and ``pd.diverging_epoch`` set) when the follower's log diverged from the leader's
-    at its last fetched epoch. Raises KafkaError NOT_LEADER_OR_FOLLOWER / OFFSET_OUT_OF_RANGE."""
+def follower_position(rm, part, replica_id: int, fp, pd, version: int, now_ms: int, record: bool = True) -> bool:
+    """A follower's fetch position: check it against the leader's log and (``record``) record it, moving the high
+    watermark and maybe expanding the ISR. False (and ``pd.diverging_epoch`` set) when the follower's log
+    diverged from the leader's at its last fetched epoch. Raises KafkaError NOT_LEADER_OR_FOLLOWER /
+    OFFSET_OUT_OF_RANGE."""
     if replica_id not in part.replicas or replica_id == part.local_id:
         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"node {replica_id} is not a follower of this partition")
     log = part.log
@@ -155,6 +159,7 @@ def follower_position(rm, part, replica_id: int, fp, pd, version: int, now_ms: i
     if fp.fetch_offset < log.log_start_offset or fp.fetch_offset > log.log_end_offset:
         raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
                          f"fetch offset {fp.fetch_offset} is outside {log.log_start_offset}..{log.log_end_offset}")
-    part.update_follower_fetch(replica_id, fp.fetch_offset, now_ms)
-    rm.maybe_expand_isr(part, replica_id)
+    if record:
+        part.update_follower_fetch(replica_id, fp.fetch_offset, now_ms)
+        rm.maybe_expand_isr(part, replica_id)
     return True

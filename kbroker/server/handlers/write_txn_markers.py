@@ -134,21 +134,14 @@ def write_marker(broker, topic: str, partition: int, producer_id: int, producer_
 
 
 async def _replicated(broker, topic: str, partition: int, timeout_s: float) -> int:
-    """Until the high watermark of ``topic``-``partition`` reaches its log end offset as of now."""
+    """Until every in-sync replica of ``topic``-``partition`` holds what was appended (NOT_ENOUGH_REPLICAS when
+    that takes longer than ``timeout_s``)."""
     rm = broker.replica_manager
     part = rm.partitions.get((topic, partition))
     if part is None:
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
-    target = part.log_end_offset
-    deadline = time.monotonic() + timeout_s
-    while part.high_watermark < target:
-        if not part.is_leader or rm.partitions.get((topic, partition)) is not part:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return ErrorCode.NOT_ENOUGH_REPLICAS
-        await rm.wait_for_data([part], left)
-    return ErrorCode.NONE
+    code = await rm.wait_replicated(part, timeout_s)
+    return ErrorCode.NOT_ENOUGH_REPLICAS if code == ErrorCode.REQUEST_TIMED_OUT else code
 
 
 def _append_marker(broker, topic: str, partition: int, producer_id: int, producer_epoch: int,
