@@ -18,7 +18,9 @@ killed leader's partitions move to an in-sync follower without losing an acknowl
 from __future__ import annotations
 
 import shutil
+import threading
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
@@ -27,7 +29,7 @@ from compat_tests.wire import KafkaConnection, Rec, encode_batch, fetch_v4, prod
 from kbroker.protocol.errors import ErrorCode
 from kbroker.testing.cluster import KbrokerCluster, wait_until
 from kbroker.testing.fault_campaign import (PARTITIONS, TOPIC, Admin, Writer, create_topic, read_back,
-                                            run_campaign, wait_identical)
+                                            run_campaign, segment_digests, wait_identical)
 from kbroker.testing.history import History
 
 pytestmark = pytest.mark.timeout(900)
@@ -259,3 +261,102 @@ def test_seeded_fault_campaign(tmp_path):
     assert sum(r.faults.values()) == 100 and r.lost == 0 and r.duplicated == 0 and r.acknowledged > 10_000
     assert set(r.faults) == {"kill-leader", "kill-follower", "pause", "wipe"}
     print(r.summary())
+
+
+def test_reassignment_onto_an_added_broker_under_load(tmp_path):
+    """A fourth broker joins a running cluster and partitions move onto it (AlterPartitionReassignments from
+    kafka-python's admin client) while confluent-kafka's idempotent acks=all producer writes and a group consumer
+    reads: partition 0 moves off its leader's broker, partition 1 off a follower's, partition 2 goes from three
+    replicas to two. Every reassignment completes (the new replica catches up, joins the ISR, the removed ones
+    leave and delete their logs), nothing acknowledged is lost or duplicated, the consumer sees every
+    acknowledged record, and the new replicas are byte-identical to the others. Then the preferred leader of
+    partition 1 is killed and restarted: automatic leader balancing (``auto.leader.rebalance.enable``, checked
+    every 2 s here) gives it its leadership back once it is in sync."""
+    from kafka import TopicPartition as KTopicPartition
+    from kafka.admin import KafkaAdminClient
+
+    cluster = KbrokerCluster(tmp_path, nodes=3, overrides={"broker.session.timeout.ms": 3000,
+                                                           "broker.heartbeat.interval.ms": 300,
+                                                           "replica.lag.time.max.ms": 5000,
+                                                           "leader.imbalance.check.interval.seconds": 2})
+    with cluster:
+        admin = Admin(cluster)
+        create_topic(admin)
+        h = History()
+        w = Writer(cluster.bootstrap, h, "move").start()
+        consumed: set[bytes] = set()
+        stop_consuming = threading.Event()
+
+        def consume() -> None:
+            c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "movers", "auto.offset.reset": "earliest",
+                          "topic.metadata.refresh.interval.ms": 1000})
+            c.subscribe([TOPIC])
+            try:
+                while not stop_consuming.is_set():
+                    for m in c.consume(500, 0.2):
+                        if m.error() is None:
+                            consumed.add(m.value())
+            finally:
+                c.close()
+
+        reader = threading.Thread(target=consume, daemon=True)
+        reader.start()
+        kadmin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
+        try:
+            w.wait_acked(1000, 30)
+            cluster.add_broker(4)
+            before = admin.state()
+            md = admin.client().list_topics(TOPIC, timeout=10).topics[TOPIC].partitions
+            replicas = {pid: list(pm.replicas) for pid, pm in md.items()}
+            leader0 = before[0][0]
+            follower1 = next(b for b in replicas[1] if b != before[1][0])
+            targets = {0: [4 if b == leader0 else b for b in replicas[0]],
+                       1: [4 if b == follower1 else b for b in replicas[1]],
+                       2: replicas[2][:2]}
+            started = time.monotonic()
+            res = kadmin.alter_partition_reassignments({KTopicPartition(TOPIC, p): t for p, t in targets.items()})
+            assert all(v is None for v in res.values()), res
+
+            def done() -> bool:
+                if kadmin.list_partition_reassignments([KTopicPartition(TOPIC, p) for p in targets]):
+                    return False
+                now = admin.client().list_topics(TOPIC, timeout=10).topics[TOPIC].partitions
+                return all(list(now[p].replicas) == t and sorted(now[p].isrs) == sorted(t) for p, t in targets.items())
+
+            wait_until(done, 90, f"the reassignments to {targets}")
+            moved = time.monotonic()
+            # the removed replicas' logs are gone from their brokers
+            for p, old in replicas.items():
+                for b in set(old) - set(targets[p]):
+                    wait_until(lambda: not list(Path(cluster.nodes[b].log_dirs).glob(f"{TOPIC}-{p}")), 30,
+                               f"{TOPIC}-{p} deleted on broker {b}")
+            # the first target replica leads each partition (the removed leader of partition 0 handed over to 4)
+            wait_until(lambda: all(admin.state()[p][0] == t[0] for p, t in targets.items()), 30,
+                       "preferred leaders after the reassignment")
+            w.wait_acked(500, 30)
+            # automatic leader balancing: a restarted broker gets the leaderships it is preferred for back
+            bounced = targets[1][0]
+            cluster.kill(bounced)
+            admin.down.add(bounced)
+            wait_until(lambda: all(admin.state()[p][0] not in (bounced, -1) for p in targets), 30,
+                       f"leaders other than the killed broker {bounced}")
+            cluster.nodes[bounced].start()
+            admin.down.discard(bounced)
+            wait_until(lambda: all(admin.state()[p][0] == t[0] for p, t in targets.items()), 60,
+                       f"broker {bounced} leading its preferred partitions again (auto.leader.rebalance.enable)")
+            w.wait_acked(500, 30)
+        finally:
+            w.stop()
+            kadmin.close()
+        wait_until(lambda: all(v in consumed for v, *_ in h.acknowledged()), 60,
+                   "the group consumer received every acknowledged record")
+        stop_consuming.set()
+        reader.join(30)
+        read = read_back(cluster.bootstrap, h)
+        report = h.check()
+        report.assert_ok()
+        assert report.acknowledged == w.acked and read >= w.acked
+        for p, t in targets.items():
+            wait_until(lambda: len(set(segment_digests(cluster, t, TOPIC, p).values())) == 1, 30,
+                       f"identical replicas of {TOPIC}-{p}")
+        print(f"reassigned {targets} from {replicas} in {moved - started:.1f} s: {report.summary()}")

@@ -132,8 +132,15 @@ _STATIC: list[tuple] = [
     ("auto.create.topics.enable", "boolean", "true", HIGH,
      "Create a topic when a client asks for its metadata or produces to it.", None, True),
     ("delete.topic.enable", "boolean", "true", HIGH, "Allow DeleteTopics.", None, True),
-    ("auto.leader.rebalance.enable", "boolean", "true", HIGH, "Move leadership back to preferred replicas.", None,
-     False),
+    ("auto.leader.rebalance.enable", "boolean", "true", HIGH,
+     "The active controller moves leadership back to each partition's preferred (first) replica when that "
+     "replica is alive and in sync, every leader.imbalance.check.interval.seconds.", None, True),
+    ("leader.imbalance.check.interval.seconds", "long", "300", HIGH,
+     "How often the active controller looks for partitions not led by their preferred replica.",
+     (1, None, None), True),
+    ("leader.imbalance.per.broker.percentage", "int", "10", HIGH,
+     "Accepted for compatibility; a KRaft controller (Kafka's and kbroker's) balances every imbalanced "
+     "partition whatever the ratio.", (0, None, None), False),
     ("socket.request.max.bytes", "int", "104857600", HIGH,
      "The largest request frame accepted; a larger one closes the connection.", (1, None, None), True),
     ("connections.max.idle.ms", "long", "600000", MEDIUM,

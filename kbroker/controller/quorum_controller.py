@@ -62,6 +62,7 @@ from kbroker.controller.snapshot import (
     load_image,
 )
 from kbroker.controller.replication_control import (
+    complete_reassignment,
     list_partition_reassignments,
     plan_alter_partition_reassignments,
     plan_create_partitions,
@@ -146,6 +147,9 @@ _LEADER_CHANGE_KEY = struct.pack(">hh", 0, 2)
 
 PARTITION_CHANGES_PER_BATCH = 50
 """PartitionChangeRecords per metadata batch when a broker's fencing, shutdown or return moves many partitions."""
+MAX_PREFERRED_ELECTIONS_PER_CHECK = 1000
+"""Partitions whose leadership one automatic leader balancing moves at most (Kafka's controller has the same
+bound); the next check does the rest."""
 
 
 class MetadataStorageError(RuntimeError):
@@ -864,6 +868,34 @@ class QuorumController:
                 fenced.append(b.node_id)
         return fenced
 
+    def balance_partition_leaders(self, limit: int = MAX_PREFERRED_ELECTIONS_PER_CHECK) -> int:
+        """``auto.leader.rebalance.enable``, on the active controller: make the preferred (first) replica the
+        leader of every partition it does not lead while it is unfenced, not shutting down and in the ISR (up
+        to ``limit`` partitions per call; a partition being reassigned is left alone). Kafka's KRaft controller
+        does the same every ``leader.imbalance.check.interval.seconds``, whatever the per-broker ratio.
+        Returns the number of partitions whose leadership moved."""
+        with self._lock:
+            if self.raft_mode and not self.is_active:
+                return 0
+            image = self.latest_image
+            eligible = {b.node_id for b in image.live_brokers() if not b.in_controlled_shutdown}
+            changes = []
+            for topic in image.topics_by_name.values():
+                for p in topic.partitions.values():
+                    preferred = p.replicas[0] if p.replicas else -1
+                    if (p.leader != preferred and preferred in eligible and preferred in p.isr
+                            and not p.adding_replicas and not p.removing_replicas):
+                        changes.append(PartitionChangeRecord(topic_id=topic.topic_id, partition_id=p.partition_id,
+                                                             leader=preferred))
+                        if len(changes) >= limit:
+                            break
+                if len(changes) >= limit:
+                    break
+            if changes:
+                log.info("moving the leadership of %d partitions back to their preferred replicas", len(changes))
+                self._commit_partition_changes([], changes)
+            return len(changes)
+
     def _leaders_without(self, broker_id: int, rejoining: bool = False) -> list[PartitionChangeRecord]:
         """Records that take a fenced or departing broker out of every ISR it is in (unless it is the last member:
         Kafka keeps the last in-sync replica so that it can lead again when it is back) and move the leadership
@@ -884,7 +916,7 @@ class QuorumController:
                     rec.isr = isr
                 if p.leader == broker_id:
                     rec.leader = next((r for r in isr if r in live), broker_id if rejoining and isr == [broker_id] else -1)
-                out.append(rec)
+                out.append(complete_reassignment(p, rec, live, self._default_dir))
         return out
 
     def _commit_partition_changes(self, first: list[Any], changes: list[PartitionChangeRecord]) -> None:
@@ -913,6 +945,7 @@ class QuorumController:
                 raise KafkaError(ErrorCode.NOT_CONTROLLER, f"node {self.node_id} is not the active controller")
             self._registration(broker_id, broker_epoch)
             image = self.latest_image
+            live = {b.node_id for b in image.live_brokers()}
             records: list[PartitionChangeRecord] = []
             planned: list[tuple[int, Any]] = []
             for topic_id, partition_id, leader_epoch, partition_epoch, new_isr in changes:
@@ -939,8 +972,10 @@ class QuorumController:
                 elif sorted(new_isr) == sorted(p.isr):
                     planned.append((ErrorCode.NONE, p))
                 else:
-                    records.append(PartitionChangeRecord(topic_id=topic_id, partition_id=partition_id,
-                                                         isr=list(new_isr)))
+                    # an ISR that now holds every target replica completes a reassignment (KIP-455)
+                    records.append(complete_reassignment(
+                        p, PartitionChangeRecord(topic_id=topic_id, partition_id=partition_id, isr=list(new_isr)),
+                        live, self._default_dir))
                     planned.append((ErrorCode.NONE, (topic_id, partition_id)))
             after = self._commit(records) if records else image
             out: list[tuple[int, Any]] = []
@@ -1231,7 +1266,8 @@ class QuorumController:
                                       ) -> list[tuple[str, list[tuple[int, int, str | None]]]]:
         """AlterPartitionReassignments: ``topics`` maps names to (partition, target replicas or None = cancel)."""
         with self._lock:
-            records, results = plan_alter_partition_reassignments(self.latest_image, topics, allow_replication_factor_change)
+            records, results = plan_alter_partition_reassignments(self.latest_image, topics, allow_replication_factor_change,
+                                                                  self._default_dir)
             if records:
                 self._commit(records)
             return results

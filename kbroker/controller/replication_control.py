@@ -16,12 +16,18 @@ Rules and messages follow Kafka's ``ReplicationControlManager`` (facts only):
   (ELIGIBLE_LEADERS_NOT_AVAILABLE if no replica is alive). A partition that already has the wanted leader
   gets ELECTION_NOT_NEEDED; with ``topic_partitions`` null every partition is tried and those results are
   left out.
-* AlterPartitionReassignments: target replicas are checked as a manual assignment (non-empty, distinct,
-  registered brokers: INVALID_REPLICA_ASSIGNMENT); with ``allow_replication_factor_change`` false a
-  different length is INVALID_REPLICATION_FACTOR; a null target cancels a reassignment
-  (NO_REASSIGNMENT_IN_PROGRESS when there is none). A target that is the current replica list is done at
-  once; reordering the same brokers is one PartitionChangeRecord. Moving data to other brokers needs
-  replication, which kbroker does not have yet: such targets are refused with INVALID_REPLICA_ASSIGNMENT.
+* AlterPartitionReassignments (KIP-455): target replicas are checked as a manual assignment (non-empty,
+  distinct, registered brokers: INVALID_REPLICA_ASSIGNMENT); with ``allow_replication_factor_change`` false a
+  different length is INVALID_REPLICATION_FACTOR. A reassignment in progress is first reverted (its adding
+  replicas dropped), then the partition's replicas become the target followed by the replicas being removed,
+  with ``adding_replicas`` (target minus current) and ``removing_replicas`` (current minus target); the ISR
+  keeps only replicas of that list. Brokers of adding replicas create the log and follow the leader; once
+  the ISR holds every target replica (at once when nothing is added) the reassignment completes
+  (:func:`complete_reassignment`): replicas = target, the ISR without the removed replicas, and a leader
+  epoch bump (a new leader from the target if the old one was removed). A null target cancels
+  (NO_REASSIGNMENT_IN_PROGRESS when there is none): the replicas lose the adding ones (the order of the
+  reassignment stays, as in Kafka), the ISR keeps its members of them; where that would leave the ISR empty
+  kbroker refuses with INVALID_REPLICA_ASSIGNMENT (Kafka makes it an unclean election).
 * ListPartitionReassignments: partitions with adding or removing replicas (none, on a single node).
 """
 
@@ -34,8 +40,8 @@ from kbroker.controller.replica_placement import place_replicas
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.metadata_records import PartitionChangeRecord, PartitionRecord
 
-__all__ = ["PREFERRED", "UNCLEAN", "list_partition_reassignments", "plan_alter_partition_reassignments",
-           "plan_create_partitions", "plan_elect_leaders"]
+__all__ = ["PREFERRED", "UNCLEAN", "complete_reassignment", "list_partition_reassignments",
+           "plan_alter_partition_reassignments", "plan_create_partitions", "plan_elect_leaders"]
 
 PREFERRED, UNCLEAN = 0, 1
 
@@ -187,29 +193,86 @@ def _reassigning(p: PartitionImage) -> bool:
     return bool(p.adding_replicas or p.removing_replicas)
 
 
+def _directories(p: PartitionImage, replicas: Sequence[int], default_dir: Callable[[int], bytes]) -> list[bytes]:
+    """The log directory of each of ``replicas``: the one the partition had, or the broker's default."""
+    known = dict(zip(p.replicas, p.directories))
+    return [known.get(b) or default_dir(b) for b in replicas]
+
+
+def _pick_leader(candidates: Sequence[int], isr: Sequence[int], live: set[int]) -> int:
+    return next((b for b in candidates if b in isr and b in live), -1)
+
+
+def complete_reassignment(p: PartitionImage, rec: PartitionChangeRecord, live: set[int],
+                          default_dir: Callable[[int], bytes]) -> PartitionChangeRecord:
+    """Complete ``p``'s reassignment in ``rec`` (a change of ``p`` about to be committed) if, after ``rec``, every
+    target replica is in the ISR: the replicas become the target, the removed replicas leave the ISR and the
+    leader epoch is bumped (the removed replicas' fetches are fenced); a leader that was removed is replaced by
+    the first target replica in the ISR that is alive (-1 if none). Returns ``rec``, changed in place."""
+    replicas = list(p.replicas) if rec.replicas is None else list(rec.replicas)
+    adding = list(p.adding_replicas) if rec.adding_replicas is None else list(rec.adding_replicas)
+    removing = list(p.removing_replicas) if rec.removing_replicas is None else list(rec.removing_replicas)
+    if not adding and not removing:
+        return rec
+    isr = list(p.isr) if rec.isr is None else list(rec.isr)
+    target = [b for b in replicas if b not in removing]
+    if any(b not in isr for b in target):
+        return rec
+    leader = p.leader if rec.leader == -2 else rec.leader
+    new_isr = [b for b in isr if b in target]
+    rec.replicas, rec.isr, rec.adding_replicas, rec.removing_replicas = target, new_isr, [], []
+    rec.directories = _directories(p, target, default_dir)
+    rec.leader = leader if leader in target else _pick_leader(target, new_isr, live)
+    return rec
+
+
 def _alter_one(image: MetadataImage, topic_name: str, partition_id: int, target: Sequence[int] | None,
-               allow_rf_change: bool, records: list[PartitionChangeRecord]) -> Result:
+               allow_rf_change: bool, records: list[PartitionChangeRecord],
+               default_dir: Callable[[int], bytes]) -> Result:
     topic = image.topics_by_name.get(topic_name)
     if topic is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find a topic named {topic_name}."
     part = topic.partitions.get(partition_id)
     if part is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"Unable to find partition {topic_name}:{partition_id}."
+    live = {b.node_id for b in image.live_brokers()}
+    original = [b for b in part.replicas if b not in part.adding_replicas]
+    rec = PartitionChangeRecord(partition_id=partition_id, topic_id=topic.topic_id)
     try:
         if target is None:
             if not _reassigning(part):
                 return ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None
-            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, "kbroker cannot revert a reassignment yet")
-        _check_manual_assignment(target, image, None)
-        if not allow_rf_change and len(target) != len(part.replicas):
-            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                             f"The replication factor is changed from {len(part.replicas)} to {len(target)}")
-        if list(target) == list(part.replicas):
+            isr = [b for b in part.isr if b in original]
+            if not isr:
+                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                 f"Unable to revert partition assignment for {topic_name}:{partition_id} because "
+                                 "it would require changing the ISR to an empty set.")
+            rec.replicas, rec.isr, rec.adding_replicas, rec.removing_replicas = original, isr, [], []
+            rec.directories = _directories(part, original, default_dir)
+            if part.leader not in original:
+                rec.leader = _pick_leader(original, isr, live)
+            records.append(rec)
             return ErrorCode.NONE, None
-        if sorted(target) != sorted(part.replicas):
+        _check_manual_assignment(target, image, None)
+        if not allow_rf_change and len(target) != len(original):
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                             f"The replication factor is changed from {len(original)} to {len(target)}")
+        if list(target) == list(part.replicas) and not _reassigning(part):
+            return ErrorCode.NONE, None
+        adding = sorted(b for b in target if b not in original)  # sorted, as Kafka keeps them
+        removing = sorted(b for b in original if b not in target)
+        replicas = [*target, *removing]
+        isr = [b for b in part.isr if b in replicas]
+        if not isr:
             raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                             "kbroker cannot move replicas to other brokers yet (no replication)")
-        records.append(PartitionChangeRecord(partition_id=partition_id, topic_id=topic.topic_id, replicas=list(target)))
+                             f"Unable to reassign {topic_name}:{partition_id}: no in-sync replica would remain.")
+        rec.replicas, rec.adding_replicas, rec.removing_replicas = replicas, adding, removing
+        rec.directories = _directories(part, replicas, default_dir)
+        if isr != list(part.isr):
+            rec.isr = isr
+        if part.leader not in replicas:
+            rec.leader = _pick_leader(replicas, isr, live)
+        records.append(complete_reassignment(part, rec, live, default_dir))
         return ErrorCode.NONE, None
     except KafkaError as exc:
         return exc.code, exc.message
@@ -217,12 +280,17 @@ def _alter_one(image: MetadataImage, topic_name: str, partition_id: int, target:
 
 def plan_alter_partition_reassignments(image: MetadataImage,
                                        topics: Sequence[tuple[str, Sequence[tuple[int, Sequence[int] | None]]]],
-                                       allow_replication_factor_change: bool = True
+                                       allow_replication_factor_change: bool = True,
+                                       default_dir: Callable[[int], bytes] = lambda b: bytes(16),
                                        ) -> tuple[list[PartitionChangeRecord], list[tuple[str, list[tuple[int, int, str | None]]]]]:
+    """Records and ``[(topic, [(partition, error_code, error_message)])]`` for ``topics``: names with
+    (partition, target replicas, or None to cancel). ``default_dir(broker)``: the log directory id given to a
+    broker's new replica."""
     records: list[PartitionChangeRecord] = []
     out = []
     for name, partitions in topics:
-        out.append((name, [(pid, *_alter_one(image, name, pid, target, allow_replication_factor_change, records))
+        out.append((name, [(pid, *_alter_one(image, name, pid, target, allow_replication_factor_change, records,
+                                             default_dir))
                            for pid, target in partitions]))
     return records, out
 

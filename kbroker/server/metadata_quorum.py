@@ -142,6 +142,8 @@ class MetadataQuorum:
         await self.manager.start()
         self._tasks.append(loop.create_task(self._watch_leadership(), name="metadata-quorum-leadership"))
         self._tasks.append(loop.create_task(self._fence_stale_brokers(), name="metadata-quorum-fencing"))
+        if c.config.get_bool("auto.leader.rebalance.enable"):
+            self._tasks.append(loop.create_task(self._balance_partition_leaders(), name="metadata-quorum-balancing"))
         if self.idle_interval_s > 0:
             self._tasks.append(loop.create_task(self._write_no_ops(), name="metadata-quorum-no-op"))
         self._tasks.append(loop.create_task(self._announce_endpoints(), name="metadata-quorum-endpoints"))
@@ -666,6 +668,23 @@ class MetadataQuorum:
             except KafkaError as exc:
                 log.debug("no-op record: %s", exc)
             last = (cl.log.end_offset, time.monotonic())
+
+    async def _balance_partition_leaders(self) -> None:
+        """``auto.leader.rebalance.enable``: on the active controller, every ``leader.imbalance.check.interval.seconds``
+        move leadership back to preferred replicas (:meth:`QuorumController.balance_partition_leaders`)."""
+        interval = self.controller.config.get_int("leader.imbalance.check.interval.seconds")
+        while True:
+            await asyncio.sleep(interval)
+            c = self.controller
+            if not c.is_active:
+                continue
+            try:
+                if c.balance_partition_leaders():
+                    await self.wait_committed()
+            except KafkaError as exc:
+                log.info("balancing partition leaders: %s", exc)
+            except Exception:  # try again at the next check
+                log.exception("balancing partition leaders failed")
 
     async def _fence_stale_brokers(self) -> None:
         """On the active controller: fence brokers whose heartbeats stopped (``broker.session.timeout.ms``)."""

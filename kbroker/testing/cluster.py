@@ -89,7 +89,7 @@ class KbrokerCluster:
         ids = list(range(1, nodes + 1))
         #: the voters of the metadata quorum, and the nodes that serve clients
         self.controller_ids = ids
-        self.broker_ids = list(range(nodes + 1, nodes + brokers + 1)) if brokers else ids
+        self.broker_ids = list(range(nodes + 1, nodes + brokers + 1)) if brokers else list(ids)
         self.controller_ports = {i: free_port(host) for i in ids}
         #: with ``link_proxies``: a :class:`~kbroker.testing.proxy.TcpProxy` for every link from a node to a
         #: voter, ``(from node, to voter) -> proxy``; each node reaches the other voters through them only
@@ -221,6 +221,23 @@ class KbrokerCluster:
         if self.dynamic_quorum:
             self.format(node_id, "--no-initial-controllers")
         node.start()
+        return node
+
+    def add_broker(self, node_id: int) -> KbrokerProcess:
+        """Start a new broker-only node ``node_id`` (``process.roles=broker``) that joins the running cluster: it
+        registers with the controller quorum and hosts nothing until partitions are assigned or reassigned to
+        it. Returns the running process once every running broker lists it."""
+        if node_id in self.nodes:
+            raise ValueError(f"node {node_id} exists")
+        port = free_port(self.host)
+        props = {"process.roles": "broker", "listeners": f"PLAINTEXT://{self.host}:{port}",
+                 "advertised.listeners": f"PLAINTEXT://{self.host}:{port}", **self._common}
+        node = KbrokerProcess(self.root / f"broker{node_id}", port=port, node_id=node_id, overrides=props,
+                              host=self.host, start_timeout=self.start_timeout)
+        self.nodes[node_id] = node
+        self.broker_ids.append(node_id)
+        node.start()
+        self.wait_registered()
         return node
 
     def restart(self, node_id: int) -> None:

@@ -186,3 +186,107 @@ def test_partition_reassignments_single_node(qc):
     assert c.alter_partition_reassignments([("t", [(0, [1, 1])])])[0][1][0][1] == E.INVALID_REPLICA_ASSIGNMENT
     with_rf = c.alter_partition_reassignments([("t", [(0, [1, 1])])], allow_replication_factor_change=False)
     assert with_rf[0][1][0][1] == E.INVALID_REPLICA_ASSIGNMENT
+
+
+# ---- reassignments that move replicas (KIP-455) -----------------------------------------------------
+
+@pytest.fixture
+def four_brokers(qc):
+    """The controller of ``qc`` (node 1) with brokers 2, 3 and 4 registered, and topic ``m``: partition 0 on
+    [1, 2, 3] (led by 1), partition 1 on [2, 3, 1] (led by 2)."""
+    from kbroker.controller.image import Endpoint  # noqa: PLC0415
+
+    c = qc[0]
+    for node_id in (2, 3, 4):
+        c.register_broker([Endpoint("PLAINTEXT", f"host{node_id}", 9092 + node_id, 0)], broker_id=node_id,
+                          incarnation_id=bytes([node_id]) * 16, log_dirs=[bytes([node_id, 9]) * 8], now_ms=0)
+    assert c.create_topics([CreateTopicSpec("m", assignments={0: [1, 2, 3], 1: [2, 3, 1]})])[0].error_code == 0
+    return c
+
+
+def _part(c, partition=0):
+    return c.latest_image.topics_by_name["m"].partitions[partition]
+
+
+def _epoch(c):
+    return c.latest_image.brokers[1].broker_epoch
+
+
+def test_reassignment_adds_then_completes_when_the_isr_has_the_target(four_brokers):
+    c = four_brokers
+    before = _part(c)
+    assert c.alter_partition_reassignments([("m", [(0, [2, 3, 4])])]) == [("m", [(0, E.NONE, None)])]
+    p = _part(c)
+    # target first, then the replica being removed; the leader (1) keeps leading meanwhile
+    assert (p.replicas, p.adding_replicas, p.removing_replicas) == ((2, 3, 4, 1), (4,), (1,))
+    assert (p.isr, p.leader, p.leader_epoch) == ((1, 2, 3), 1, before.leader_epoch)
+    assert len(p.directories) == 4 and p.directories[3] == before.directories[0]
+    listed = c.list_partition_reassignments()
+    assert [(n, [x.partition_id for x in ps]) for n, ps in listed] == [("m", [0])]
+    # the new replica caught up: the leader adds it to the ISR, which completes the reassignment; the leader
+    # was removed, so the first target replica in the ISR leads, in a new epoch
+    topic_id = c.latest_image.topics_by_name["m"].topic_id
+    [(code, after)] = c.alter_partition(1, _epoch(c), [(topic_id, 0, p.leader_epoch, p.partition_epoch, [1, 2, 3, 4])])
+    assert code == E.NONE
+    assert (after.replicas, after.isr, after.adding_replicas, after.removing_replicas) == ((2, 3, 4), (2, 3, 4), (), ())
+    assert (after.leader, after.leader_epoch) == (2, p.leader_epoch + 1)
+    assert after.directories[2] == c._default_dir(4)
+    assert c.list_partition_reassignments() == []
+
+
+def test_reassignment_that_only_removes_completes_at_once_and_bumps_the_epoch(four_brokers):
+    c = four_brokers
+    before = _part(c, 1)
+    assert c.alter_partition_reassignments([("m", [(1, [2, 3])])]) == [("m", [(1, E.NONE, None)])]
+    p = _part(c, 1)
+    assert (p.replicas, p.isr, p.adding_replicas, p.removing_replicas) == ((2, 3), (2, 3), (), ())
+    assert (p.leader, p.leader_epoch) == (2, before.leader_epoch + 1)  # the removed replica's fetches are fenced
+
+
+def test_reassignment_cancelled_and_replaced(four_brokers):
+    c = four_brokers
+    c.alter_partition_reassignments([("m", [(0, [2, 3, 4])])])
+    # cancel: the adding replica goes; the order the reassignment gave stays (Kafka's revert does the same)
+    assert c.alter_partition_reassignments([("m", [(0, None)])]) == [("m", [(0, E.NONE, None)])]
+    p = _part(c)
+    assert (p.replicas, p.isr, p.adding_replicas, p.removing_replicas, p.leader) == ((2, 3, 1), (1, 2, 3), (), (), 1)
+    assert c.alter_partition_reassignments([("m", [(0, None)])])[0][1][0][1] == E.NO_REASSIGNMENT_IN_PROGRESS
+    # a new target while one is in progress replaces it, computed from the replicas without the adding ones
+    c.alter_partition_reassignments([("m", [(0, [1, 4, 2])])])
+    assert _part(c).replicas == (1, 4, 2, 3)
+    c.alter_partition_reassignments([("m", [(0, [4, 3, 1])])])
+    p = _part(c)
+    assert (p.replicas, p.adding_replicas, p.removing_replicas, p.isr) == ((4, 3, 1, 2), (4,), (2,), (1, 2, 3))
+    # the replication factor may not change when the request says so
+    got = c.alter_partition_reassignments([("m", [(0, [1, 2, 3, 4])])], allow_replication_factor_change=False)
+    assert got[0][1][0][1] == E.INVALID_REPLICATION_FACTOR
+
+
+def test_reassignment_waits_for_every_target_replica(four_brokers):
+    c = four_brokers
+    # [1, 2, 3] -> [2, 3, 4]: when 3 (a target replica) leaves the ISR, 4 joining it does not complete the
+    # reassignment; 3 coming back does, and 2 leads (1 was removed)
+    c.alter_partition_reassignments([("m", [(0, [2, 3, 4])])])
+    p = _part(c)
+    topic_id = c.latest_image.topics_by_name["m"].topic_id
+    [(code, _)] = c.alter_partition(1, _epoch(c), [(topic_id, 0, p.leader_epoch, p.partition_epoch, [1, 2, 3])])
+    assert code == E.NONE and _part(c).adding_replicas == (4,)  # no change of ISR: still in progress
+    c._commit_partition_changes([], c._leaders_without(3))  # 3 leaves: the reassignment waits for 3 and 4
+    p = _part(c)
+    assert (p.isr, p.adding_replicas, p.leader) == ((1, 2), (4,), 1)
+    [(code, after)] = c.alter_partition(1, _epoch(c), [(topic_id, 0, p.leader_epoch, p.partition_epoch, [1, 2, 4])])
+    assert code == E.NONE and after.adding_replicas == (4,)  # 3 is a target replica out of the ISR
+    [(code, after)] = c.alter_partition(1, _epoch(c), [(topic_id, 0, after.leader_epoch, after.partition_epoch,
+                                                       [1, 2, 4, 3])])
+    assert (code, after.replicas, after.isr, after.leader) == (E.NONE, (2, 3, 4), (2, 4, 3), 2)
+
+
+def test_preferred_leaders_balanced(four_brokers):
+    c = four_brokers
+    # reordering the replicas makes 3 the preferred replica of partition 1 while 2 still leads it
+    assert c.alter_partition_reassignments([("m", [(1, [3, 2, 1])])]) == [("m", [(1, E.NONE, None)])]
+    assert _part(c, 1).leader == 2
+    assert c.balance_partition_leaders() == 1
+    p = _part(c, 1)
+    assert p.leader == 3 and p.replicas == (3, 2, 1)
+    assert c.balance_partition_leaders() == 0
