@@ -2,7 +2,8 @@
 
 Behavior: the partitions whose replica set is being changed (adding or removing replicas in the metadata
 image), all of them when ``Topics`` is null or only the named partitions; unknown topics and partitions
-without a reassignment are left out. A single node never has one in progress, so the answer is empty.
+without a reassignment are left out. A single node never has one in progress, so the answer is empty. In a cluster a
+standby forwards the request to the active controller.
 Version notes: v0 is flexible.
 """
 
@@ -16,6 +17,10 @@ VERSIONS = range(0, 1)
 
 
 async def handle(ctx, request: ListPartitionReassignmentsRequest) -> R:
+    from kbroker.server.handlers.common import maybe_forward
+
+    if (forwarded := await maybe_forward(ctx, request)) is not None:
+        return forwarded  # a standby in a cluster: the active controller's image answers, as in Kafka
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
     ongoing = ctx.broker.controller.list_partition_reassignments(wanted)
     return R(error_message=None, topics=[
