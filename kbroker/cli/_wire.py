@@ -2,9 +2,14 @@
 
 The tools use confluent-kafka wherever it covers an operation; this client (kbroker's own sans-I/O codec over
 a plain socket) does the rest: DescribeQuorum, DescribeConfigs with full synonym lists and the cluster-default
-broker resource, IncrementalAlterConfigs of that resource, OffsetDelete, DescribeTopicPartitions. It talks
-to any Kafka-compatible broker: every connection starts with ApiVersions and each request is sent at the
-highest version both sides support.
+broker resource, IncrementalAlterConfigs of that resource and of each broker's own (sent to that broker, as
+Kafka's AdminClient does), OffsetDelete, DescribeTopicPartitions, AlterPartitionReassignments (API 45) and
+ListPartitionReassignments (API 46). It talks to any Kafka-compatible broker: every connection starts with
+ApiVersions and each request is sent at the highest version both sides support.
+
+The controller-bound requests (45, 46) go to the node Metadata names as the controller (a KRaft broker
+names itself or another broker and forwards them to the active controller); a NOT_CONTROLLER answer is
+retried against a fresh Metadata answer until the timeout.
 
 Every socket operation is bounded by the client's ``timeout`` (seconds); failures are :class:`CliError`.
 """
@@ -14,7 +19,8 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
 
 from kbroker.cli._common import CliError, timeout_from_env
 from kbroker.protocol import codec
@@ -22,9 +28,11 @@ from kbroker.protocol.api_keys import RESPONSES, ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.headers import encode_request_header, response_header_version
 from kbroker.protocol.messages import (
+    AlterPartitionReassignmentsRequest,
     ApiVersionsRequest,
-    ApiVersionsResponse,
     FindCoordinatorRequest,
+    IncrementalAlterConfigsRequest,
+    ListPartitionReassignmentsRequest,
     MetadataRequest,
 )
 
@@ -47,6 +55,50 @@ def error_name(code: int) -> str:
         return ErrorCode(code).name
     except ValueError:
         return f"error code {code}"
+
+
+# Kafka's default messages (``Errors.java``) for the codes the operator tools report, used when a response
+# carries a code without a message, as Kafka's AdminClient does.
+_DEFAULT_MESSAGES = {
+    ErrorCode.UNKNOWN_SERVER_ERROR: "The server experienced an unexpected error when processing the request.",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "This server does not host this topic-partition.",
+    ErrorCode.REQUEST_TIMED_OUT: "The request timed out.",
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "Cluster authorization failed.",
+    ErrorCode.INVALID_REPLICATION_FACTOR: "Replication factor is below 1 or larger than the number of available "
+                                          "brokers.",
+    ErrorCode.INVALID_REPLICA_ASSIGNMENT: "Replica assignment is invalid.",
+    ErrorCode.NOT_CONTROLLER: "This is not the correct controller for this cluster.",
+    ErrorCode.INVALID_REQUEST: "This most likely occurs because of a request being malformed by the client library "
+                               "or the message was sent to an incompatible broker. See the broker logs for more "
+                               "details.",
+    ErrorCode.ELECTION_NOT_NEEDED: "Leader election not needed for topic partition.",
+    ErrorCode.NO_REASSIGNMENT_IN_PROGRESS: "No partition reassignment is in progress.",
+}
+
+
+def error_text(code: int, message: str | None = None) -> str:
+    """``message``, else Kafka's default message for ``code``, else the code's name."""
+    if message:
+        return message
+    try:
+        return _DEFAULT_MESSAGES.get(ErrorCode(code)) or ErrorCode(code).name
+    except ValueError:
+        return f"error code {code}"
+
+
+@dataclass(frozen=True)
+class Reassignment:
+    """One ongoing partition reassignment (ListPartitionReassignments): all replicas, those being added and
+    those being removed."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+
+TopicPartitionKey = tuple[str, int]
+BROKER_RESOURCE = 4
 
 
 class Connection:
@@ -204,6 +256,101 @@ class WireClient:
             raise CliError(f"broker {node_id} is not in the cluster (brokers: {sorted(self.nodes())})")
         return self._connect(*addr)
 
+    def metadata(self, topics: Sequence[str] | None = None) -> Any:
+        """A Metadata answer for ``topics`` (None: every topic; no auto-creation). Its brokers also refresh the
+        node map."""
+        resp = self.any_broker().send(MetadataRequest(topics=None if topics is None else [
+            MetadataRequest.MetadataRequestTopic(name=t) for t in topics], allow_auto_topic_creation=False))
+        self._nodes = {b.node_id: (b.host, b.port) for b in resp.brokers}
+        return resp
+
+    def controller(self) -> Connection:
+        """Connection to the node a fresh Metadata answer names as the controller (any broker if none)."""
+        resp = self.any_broker().send(MetadataRequest(topics=[], allow_auto_topic_creation=False))
+        self._nodes = {b.node_id: (b.host, b.port) for b in resp.brokers}
+        if resp.controller_id >= 0 and resp.controller_id in self._nodes:
+            return self._connect(*self._nodes[resp.controller_id])
+        return self.any_broker()
+
+    def _to_controller(self, request: Any, codes_of: Any) -> Any:
+        """Send ``request`` to the controller; while any code ``codes_of(response)`` gives is NOT_CONTROLLER,
+        ask again (a new controller is elected) until the timeout."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            resp = self.controller().send(request)
+            if ErrorCode.NOT_CONTROLLER not in codes_of(resp) or time.monotonic() > deadline:
+                return resp
+            time.sleep(0.2)
+
+    def alter_partition_reassignments(self, targets: Mapping[TopicPartitionKey, Sequence[int] | None],
+                                      timeout_ms: int = 60_000) -> dict[TopicPartitionKey, tuple[int, str | None]]:
+        """AlterPartitionReassignments: ``(topic, partition) -> target replicas`` (None cancels). Returns
+        ``(topic, partition) -> (error code, message or None)``; a top-level error applies to every partition."""
+        req_cls = AlterPartitionReassignmentsRequest
+        by_topic: dict[str, list[Any]] = {}
+        for (topic, partition), replicas in targets.items():
+            by_topic.setdefault(topic, []).append(req_cls.ReassignablePartition(
+                partition_index=partition, replicas=None if replicas is None else list(replicas)))
+        request = req_cls(timeout_ms=timeout_ms, allow_replication_factor_change=True, topics=[
+            req_cls.ReassignableTopic(name=t, partitions=parts) for t, parts in by_topic.items()])
+
+        def codes(resp: Any) -> list[int]:
+            return [resp.error_code] + [p.error_code for t in resp.responses for p in t.partitions]
+
+        resp = self._to_controller(request, codes)
+        out: dict[TopicPartitionKey, tuple[int, str | None]] = {}
+        for t in resp.responses:
+            for p in t.partitions:
+                out[(t.name, p.partition_index)] = (p.error_code, p.error_message)
+        for key in targets:
+            if resp.error_code:
+                out[key] = (resp.error_code, resp.error_message)
+            out.setdefault(key, (ErrorCode.UNKNOWN_SERVER_ERROR, "no result for this partition in the response"))
+        return out
+
+    def list_partition_reassignments(self, partitions: Iterable[TopicPartitionKey] | None = None
+                                     ) -> dict[TopicPartitionKey, Reassignment]:
+        """ListPartitionReassignments of ``partitions`` (None: all of them); a top-level error is a
+        :class:`CliError`."""
+        req_cls = ListPartitionReassignmentsRequest
+        topics = None
+        if partitions is not None:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in partitions:
+                by_topic.setdefault(topic, []).append(partition)
+            topics = [req_cls.ListPartitionReassignmentsTopics(name=t, partition_indexes=ps)
+                      for t, ps in by_topic.items()]
+        resp = self._to_controller(req_cls(topics=topics), lambda r: [r.error_code])
+        if resp.error_code:
+            raise CliError(error_text(resp.error_code, resp.error_message))
+        return {(t.name, p.partition_index): Reassignment(tuple(p.replicas), tuple(p.adding_replicas),
+                                                          tuple(p.removing_replicas))
+                for t in resp.topics for p in t.partitions}
+
+    def incremental_alter_configs(self, resources: Sequence[tuple[int, str, Sequence[tuple[str, int, str | None]]]]
+                                  ) -> list[tuple[int, str | None]]:
+        """IncrementalAlterConfigs of ``(resource type, name, [(key, op, value)])``, one ``(error code,
+        message)`` per resource in order. A broker's own resource (BROKER named by id) goes to that broker,
+        the others together to any broker, as Kafka's AdminClient sends them."""
+        req_cls = IncrementalAlterConfigsRequest
+        groups: dict[int | None, list[int]] = {}
+        for i, (rtype, name, _) in enumerate(resources):
+            node = int(name) if rtype == BROKER_RESOURCE and name.strip().isdigit() else None
+            groups.setdefault(node, []).append(i)
+        out: list[tuple[int, str | None]] = [(ErrorCode.NONE, None)] * len(resources)
+        for node, indexes in groups.items():
+            conn = self.any_broker() if node is None else self.node(node)
+            request = req_cls(resources=[req_cls.AlterConfigsResource(
+                resource_type=resources[i][0], resource_name=resources[i][1],
+                configs=[req_cls.AlterableConfig(name=k, config_operation=op, value=v) for k, op, v in resources[i][2]])
+                for i in indexes])
+            resp = conn.send(request)
+            answered = {(r.resource_type, r.resource_name): (r.error_code, r.error_message) for r in resp.responses}
+            for i in indexes:
+                out[i] = answered.get((resources[i][0], resources[i][1]),
+                                      (ErrorCode.UNKNOWN_SERVER_ERROR, "no result for this resource in the response"))
+        return out
+
     def group_coordinator(self, group: str) -> Connection:
         """Connection to the coordinator of consumer group ``group`` (FindCoordinator, key type 0)."""
         conn = self.any_broker()
@@ -211,10 +358,10 @@ class WireClient:
         if version >= 4:
             resp = conn.send(FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), version)
             c = resp.coordinators[0]
-            code, node, host, port = c.error_code, c.node_id, c.host, c.port
+            code, host, port = c.error_code, c.host, c.port
         else:
             resp = conn.send(FindCoordinatorRequest(key=group, key_type=0), version)
-            code, node, host, port = resp.error_code, resp.node_id, resp.host, resp.port
+            code, host, port = resp.error_code, resp.host, resp.port
         if code:
             raise CliError(f"cannot find the coordinator of group {group!r}: {error_name(code)}")
         return self._connect(host, port)

@@ -16,8 +16,10 @@ from kbroker.cli import (
     consumer_groups,
     consumer_perf,
     delete_records,
+    leader_election,
     metadata_quorum,
     producer_perf,
+    reassign_partitions,
     topics,
 )
 from kbroker.cli._common import CliError, kafka_table
@@ -58,6 +60,10 @@ def closed_port() -> str:
     (delete_records.main, ["--bootstrap-server", "x:1"], "--offset-json-file"),
     (metadata_quorum.main, ["--bootstrap-server", "x:1"], "describe"),
     (metadata_quorum.main, ["--bootstrap-server", "x:1", "describe"], "--status"),
+    (leader_election.main, ["--bootstrap-server", "x:1"], "Missing required option(s): election-type"),
+    (leader_election.main, ["--bootstrap-server", "x:1", "--election-type", "preferred"], "One and only one"),
+    (reassign_partitions.main, ["--bootstrap-server", "x:1"], "exactly one action"),
+    (reassign_partitions.main, ["--bootstrap-server", "x:1", "--execute"], '"[reassignment-json-file]"'),
 ])
 def test_bad_arguments_exit_1_with_a_message(run, main, argv, message):
     status, out, err = run(main, *argv)
@@ -72,6 +78,8 @@ def test_bad_arguments_exit_1_with_a_message(run, main, argv, message):
     (consumer_groups.main, ["--list"]),
     (metadata_quorum.main, ["describe", "--status"]),
     (delete_records.main, ["--offset-json-file", "{json}"]),
+    (reassign_partitions.main, ["--list"]),
+    (leader_election.main, ["--election-type", "preferred", "--all-topic-partitions"]),
 ])
 def test_unreachable_broker_fails_fast_with_a_clear_error(run, tmp_path, monkeypatch, main, argv):
     monkeypatch.setenv("KBROKER_CLI_TIMEOUT_S", "3")

@@ -131,6 +131,18 @@ async def forward_to_controller(ctx, request):  # noqa: ANN001, ANN201
     return await quorum.forward(ctx.header.api_key, ctx.api_version, request, ctx.listener_name)
 
 
+def receiving_node_id(ctx) -> int:  # noqa: ANN001
+    """The node a client sent this request to: the forwarding node for a request a standby forwarded (its client
+    id is ``kbroker-forward-<node id>``), else this node. A BROKER config resource named by id must be that
+    node (Kafka's broker checks it before forwarding; the active controller checks it here on its behalf)."""
+    from kbroker.server.metadata_quorum import FORWARDED_PREFIX
+
+    client_id = ctx.client_id or ""
+    if client_id.startswith(FORWARDED_PREFIX) and client_id[len(FORWARDED_PREFIX):].isdigit():
+        return int(client_id[len(FORWARDED_PREFIX):])
+    return ctx.broker.node_id
+
+
 async def maybe_forward(ctx, request):  # noqa: ANN001, ANN201
     """:func:`forward_to_controller`, or None when it cannot forward (the handler then answers NOT_CONTROLLER
     per resource itself)."""

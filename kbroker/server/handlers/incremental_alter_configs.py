@@ -23,14 +23,15 @@ from kbroker.server.handlers.common import committed_results as committed
 
 
 async def handle(ctx, request: IncrementalAlterConfigsRequest) -> R:
-    from kbroker.server.handlers.common import maybe_forward
+    from kbroker.server.handlers.common import maybe_forward, receiving_node_id
 
     if (forwarded := await maybe_forward(ctx, request)) is not None:
         return forwarded  # a standby in a cluster: the active controller answered
     resources = [(r.resource_type, r.resource_name, [(c.name, c.config_operation, c.value) for c in r.configs])
                  for r in request.resources]
     results = await committed(ctx, lambda: ctx.broker.controller.incremental_alter_configs(resources,
-                                                                   validate_only=request.validate_only),
+                                                                   validate_only=request.validate_only,
+                                                                   node_id=receiving_node_id(ctx)),
                               len(resources), request.validate_only)
     return R(responses=[R.AlterConfigsResourceResponse(error_code=code, error_message=msg,
                                                        resource_type=r.resource_type, resource_name=r.resource_name)
