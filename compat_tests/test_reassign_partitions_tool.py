@@ -24,6 +24,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -234,3 +235,55 @@ def test_errors_and_nothing_to_cancel(cluster, bootstrap, tmp_path):
         "Valid replica already elected for partitions errs-0",
         "Error completing leader election (PREFERRED) for partition: errs-7: No such partition as errs-7"]
     assert proc.stderr == "kbroker-leader-election: 1 replica(s) could not be elected\n"
+
+
+def test_execute_moves_data_under_a_throttle_and_verify_waits(cluster, bootstrap, tmp_path):
+    """A real move: a partition with 3 MB on one broker is reassigned to another with ``--throttle`` 500 kB/s.
+    ``--verify`` says it is in progress (and keeps the throttles) while the new replica copies at the throttled
+    rate, then completed (and clears them); the old broker's log is deleted and the new one holds every record."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    before = create(bootstrap, "heavy", 1, 1)
+    source = before[0][1][0]
+    dest = next(b for b in cluster.broker_ids if b != source)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for i in range(3000):
+        p.produce("heavy", value=b"%06d" % i + b"x" * 1018, partition=0)
+        if i % 500 == 0:
+            p.poll(0)
+    assert p.flush(30) == 0
+    plan = tmp_path / "heavy.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "heavy", "partition": 0, "replicas": [dest]}]}))
+    rate = 500_000
+    started = time.monotonic()
+    tool("kbroker-reassign-partitions", "--bootstrap-server", bootstrap, "--execute", "--reassignment-json-file",
+         plan, "--throttle", rate)
+    listed = tool("kbroker-reassign-partitions", "--bootstrap-server", bootstrap, "--list").stdout
+    assert listed.splitlines()[0] == "Current partition reassignments:", listed
+    assert f"heavy-0: replicas: {dest},{source}. adding: {dest}. removing: {source}." in listed, listed
+    statuses = []
+    while time.monotonic() - started < 60:
+        out = tool("kbroker-reassign-partitions", "--bootstrap-server", bootstrap, "--verify",
+                   "--reassignment-json-file", plan).stdout
+        statuses.append(out.splitlines()[1])
+        if "is completed" in out:
+            break
+        assert throttles(cluster, "heavy")["heavy"], "throttles cleared while the move is in progress"
+        time.sleep(0.3)
+    took = time.monotonic() - started
+    assert statuses[0] == "Reassignment of partition heavy-0 is still in progress.", statuses
+    assert statuses[-1] == "Reassignment of partition heavy-0 is completed.", statuses
+    assert took >= 0.6 * 3_000_000 / rate, f"3 MB moved in {took:.1f} s under a {rate} B/s throttle"
+    wait_until(lambda: throttles(cluster, "heavy") == {"heavy": {}, **{str(b): {} for b in cluster.broker_ids}}, 20,
+               "the throttles removed")
+    wait_until(lambda: not list(Path(cluster.nodes[source].log_dirs).glob("heavy-0")), 30, "the old replica deleted")
+    c = Consumer({"bootstrap.servers": cluster.nodes[dest].bootstrap, "group.id": "heavy-check",
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition("heavy", 0, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 3000 and time.monotonic() < deadline:
+        got += [m.value()[:6] for m in c.consume(1000, 0.5) if m.error() is None]
+    c.close()
+    assert got == [b"%06d" % i for i in range(3000)]
+    print(f"3 MB moved from broker {source} to {dest} in {took:.1f} s at --throttle {rate} B/s: {statuses}")

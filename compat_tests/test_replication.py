@@ -306,8 +306,7 @@ def test_reassignment_onto_an_added_broker_under_load(tmp_path):
             w.wait_acked(1000, 30)
             cluster.add_broker(4)
             before = admin.state()
-            md = admin.client().list_topics(TOPIC, timeout=10).topics[TOPIC].partitions
-            replicas = {pid: list(pm.replicas) for pid, pm in md.items()}
+            replicas = {pid: list(p.replica_nodes) for pid, p in admin.metadata().items()}
             leader0 = before[0][0]
             follower1 = next(b for b in replicas[1] if b != before[1][0])
             targets = {0: [4 if b == leader0 else b for b in replicas[0]],
@@ -320,8 +319,9 @@ def test_reassignment_onto_an_added_broker_under_load(tmp_path):
             def done() -> bool:
                 if kadmin.list_partition_reassignments([KTopicPartition(TOPIC, p) for p in targets]):
                     return False
-                now = admin.client().list_topics(TOPIC, timeout=10).topics[TOPIC].partitions
-                return all(list(now[p].replicas) == t and sorted(now[p].isrs) == sorted(t) for p, t in targets.items())
+                now = admin.metadata()
+                return all(list(now[p].replica_nodes) == t and sorted(now[p].isr_nodes) == sorted(t)
+                           for p, t in targets.items())
 
             wait_until(done, 90, f"the reassignments to {targets}")
             moved = time.monotonic()

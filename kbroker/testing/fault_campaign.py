@@ -42,7 +42,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kbroker.testing.cluster import KbrokerCluster, wait_until
+from kbroker.testing.cluster import KbrokerCluster, ask, wait_until
 from kbroker.testing.history import History
 
 TOPIC = "rep"
@@ -63,15 +63,32 @@ class Admin:
             self._clients[nid] = AdminClient({"bootstrap.servers": self.cluster.nodes[nid].bootstrap})
         return self._clients[nid]
 
-    def state(self, topic: str = TOPIC) -> dict[int, tuple[int, list[int]]]:
-        """partition -> (leader, sorted ISR). The answering broker may not have replayed the topic's creation yet
+    def metadata(self, topic: str = TOPIC) -> dict[int, Any]:
+        """partition -> its Metadata answer (``leader_id``, ``replica_nodes``, ``isr_nodes``), asked of the first
+        broker that is up, on its own connection (a client library may route the request to a stopped broker
+        whose connection still looks open). The answering broker may not have replayed the topic's creation yet
         (metadata reaches brokers eventually): asked again until it has."""
+        from kbroker.protocol.api_keys import ApiKey
+        from kbroker.protocol.messages import MetadataRequest, MetadataResponse
+
         deadline = time.monotonic() + 15
         while True:
-            md = self.client().list_topics(topic, timeout=10).topics[topic]
-            if md.error is None and md.partitions or time.monotonic() > deadline:
-                return {pid: (pm.leader, sorted(pm.isrs)) for pid, pm in sorted(md.partitions.items())}
+            node = self.cluster.nodes[next(i for i in self.cluster.broker_ids if i not in self.down)]
+            try:
+                resp = ask(node.host, node.port, ApiKey.METADATA, 12,
+                           MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)]),
+                           MetadataResponse, timeout=10)
+                parts = {p.partition_index: p for t in resp.topics if t.name == topic and not t.error_code
+                         for p in t.partitions}
+            except OSError:
+                parts = {}
+            if parts or time.monotonic() > deadline:
+                return dict(sorted(parts.items()))
             time.sleep(0.1)
+
+    def state(self, topic: str = TOPIC) -> dict[int, tuple[int, list[int]]]:
+        """partition -> (leader, sorted ISR), as :meth:`metadata` answers."""
+        return {pid: (p.leader_id, sorted(p.isr_nodes)) for pid, p in self.metadata(topic).items()}
 
     def wait_isr(self, want: int, timeout: float, topic: str = TOPIC, what: str = "") -> float:
         started = time.monotonic()
