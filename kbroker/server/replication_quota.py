@@ -18,6 +18,14 @@ What is throttled, and by what:
   Fetch while the follower quota is exceeded, unless its replica is in the ISR
   (:mod:`kbroker.server.replica_fetcher`); the records it receives for throttled partitions are recorded.
 
+Where kbroker differs: with a replica held back, Kafka's leader answers the follower's long poll after
+``replica.fetch.wait.max.ms`` (or an append), and Kafka's follower, with nothing else to fetch, looks again after
+``replica.fetch.backoff.ms``. Here both look again as soon as the quota's throttle time
+(:meth:`ReplicationQuotaManager.throttle_time_s`) has passed, at most those two, so that a catch-up moves at the
+configured rate even when a fetch (``replica.fetch.max.bytes``) carries less than a second of it: 195,700 B/s
+measured for a 200,000 B/s throttle with 64 KiB fetches (``compat_tests/test_replication_throttle.py``), against
+about 83,000 B/s with the follower waiting the whole backoff.
+
 The rate is Kafka's ``SimpleRate`` over a ``WindowedSum`` (the stat Kafka's replication quotas use): the
 bytes recorded in the retained samples divided by the time since the oldest of them began, at least one
 window. A sample covers ``replication.quota.window.size.seconds`` (default 1); ``replication.quota.window.num``
@@ -125,11 +133,14 @@ class SampledRate:
         self._purge(now_ms)
         return sum(s.value for s in self._samples)
 
-    def window_size_ms(self, now_ms: float) -> float:
-        """The time the rate is measured over: since the oldest retained sample began, at least one window."""
+    def elapsed_ms(self, now_ms: float) -> float:
+        """The time since the oldest retained sample began (0 without samples)."""
         self._purge(now_ms)
-        oldest = min((s.start_ms for s in self._samples), default=now_ms)
-        return max(now_ms - oldest, self.window_ms)
+        return now_ms - min((s.start_ms for s in self._samples), default=now_ms)
+
+    def window_size_ms(self, now_ms: float) -> float:
+        """The time the rate is measured over: :meth:`elapsed_ms`, at least one window."""
+        return max(self.elapsed_ms(now_ms), self.window_ms)
 
     def measure(self, now_ms: float) -> float:
         """The rate per second at ``now_ms``."""
@@ -182,15 +193,17 @@ class ReplicationQuotaManager:
 
     def throttle_time_s(self) -> float:
         """Seconds until the measured rate is back at the bound if nothing more is recorded (0 when it is not
-        above it): Kafka's throttle time of a quota (``QuotaUtils.throttleTime``: (rate - bound) / bound x the
-        measured window, i.e. total / bound - window); samples expiring meanwhile only shorten it."""
-        if self.upper_bound >= LONG_MAX:
+        above it): the time at which total / bound seconds will have passed since the oldest sample began (the
+        rate's window is at least one window, so never sooner than that while above). Kafka's client quotas
+        compute a throttle time the same way ((rate - bound) / bound x window, ``QuotaUtils.throttleTime``);
+        samples expiring meanwhile only shorten it."""
+        if self.upper_bound >= LONG_MAX or not self.is_quota_exceeded():
             return 0.0
         now = self._now_ms()
         total = self._rate.total(now)
         if self.upper_bound <= 0:
-            return 0.0 if total <= 0 else self._rate.window_num * self._rate.window_ms / 1000.0
-        return max(0.0, total / self.upper_bound - self._rate.window_size_ms(now) / 1000.0)
+            return self._rate.window_num * self._rate.window_ms / 1000.0  # until the samples expire
+        return max(0.0, total / self.upper_bound - self._rate.elapsed_ms(now) / 1000.0)
 
     def is_throttled(self, topic: str, partition: int) -> bool:
         """Is this broker's replica of ``topic``-``partition`` throttled by this quota?"""

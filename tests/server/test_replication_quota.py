@@ -191,6 +191,34 @@ def test_leader_sends_nothing_to_an_out_of_sync_follower_while_its_quota_is_exce
     assert _read_all(ctx, _follower_fetch(3), 17, replica_id=3, quota=quota)[1] > 5000
 
 
+def test_a_held_back_follower_long_poll_is_answered_once_the_rate_allows(leader):
+    """Not after the whole ``max_wait_ms`` (Kafka's DelayedFetch waits for it, or for an append)."""
+    import asyncio
+
+    from kbroker.server.handlers.fetch import handle
+
+    ctx, part = leader
+    quota = ReplicationQuotaManager(LEADER_REPLICATION)  # the real clock
+    quota.update_quota(100_000)
+    quota.mark_throttled("t", ALL_REPLICAS)
+    quota.record(30_000)  # 0.3 s worth at the bound, but measured over at least a window: over it for 1 s
+    quota.update_quota(20_000)
+    assert quota.throttle_time_s() == pytest.approx(1.5, abs=0.05)
+    quota.update_quota(25_000)  # 1.2 s
+
+    ctx.api_version = 17
+    ctx.broker.metadata_quorum = None
+    ctx.broker.replication_quotas = SimpleNamespace(leader=quota)
+    ctx.broker.replica_manager.wait_for_data = lambda parts, timeout, appends=False: asyncio.sleep(timeout)
+    request = _follower_fetch(3)
+    request.max_wait_ms = 3000
+    started = time.monotonic()
+    resp = asyncio.run(handle(ctx, request))
+    took = time.monotonic() - started
+    assert len(resp.responses[0].partitions[0].records) and 1.0 < took < 2.0, took
+    assert quota.recorded_bytes > 30_000  # what it sent counts
+
+
 # ---- the follower's choice of partitions -------------------------------------------------------------
 
 def test_follower_leaves_out_throttled_replicas_outside_the_isr_while_its_quota_is_exceeded():
@@ -270,8 +298,10 @@ def test_throttle_time_is_how_long_until_the_rate_is_back_at_the_bound():
     q.record(1_000_000)
     assert q.throttle_time_s() == 0  # unbounded
     q.update_quota(200_000)
-    assert q.throttle_time_s() == pytest.approx(4.0)  # 1 MB at 200 kB/s is 5 s; the window counts 1 s already
-    clock.now += 3.0
+    assert q.throttle_time_s() == pytest.approx(5.0)  # 1 MB at 200 kB/s
+    clock.now += 0.5
+    assert q.throttle_time_s() == pytest.approx(4.5)  # the first second counts as a whole window, but has not passed
+    clock.now += 2.5
     assert q.throttle_time_s() == pytest.approx(2.0) and q.is_quota_exceeded()
     clock.now += 2.0
     assert q.throttle_time_s() == 0 and not q.is_quota_exceeded()

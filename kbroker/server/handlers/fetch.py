@@ -24,7 +24,9 @@ Behavior:
 * replication throttles (KIP-73, :mod:`kbroker.server.replication_quota`): a follower outside the ISR gets no
   records (an empty ``Records``, the other fields as usual) of a partition in ``leader.replication.throttled.replicas``
   for this leader while ``leader.replication.throttled.rate`` is exceeded; what the answer carries of such
-  partitions counts against that rate (for in-sync followers too, as in Kafka);
+  partitions counts against that rate (for in-sync followers too, as in Kafka). A follower's long poll is read
+  again once the rate allows (the quota's throttle time), not only on appends or at ``max_wait_ms`` as in Kafka
+  (whose throttled catch-up then moves in steps of ``replica.fetch.wait.max.ms``);
 Version notes:
 * v9: CurrentLeaderEpoch checks (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH); v13+: topic ids
   (UNKNOWN_TOPIC_ID); v15: ReplicaState; v18: HighWatermark tag (used by replication later).
@@ -76,6 +78,8 @@ async def handle(ctx, request: FetchRequest) -> FetchResponse:
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or remaining <= 0 or not parts or total < 0:
             return _answer(read, quota)
+        if quota is not None and quota.is_quota_exceeded():  # read held-back replicas again once the rate allows
+            remaining = min(remaining, max(0.01, quota.throttle_time_s()))
         await broker.replica_manager.wait_for_data(parts, remaining, appends=follower)
         if time.monotonic() >= deadline:
             return _answer(_read_all(ctx, request, version, replica_id, record=False, quota=quota), quota)
