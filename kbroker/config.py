@@ -60,6 +60,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "replica.fetch.backoff.ms": "1000",
     "replica.lag.time.max.ms": "30000",
     "replica.socket.timeout.ms": "30000",
+    "replication.quota.window.num": "11",
+    "replication.quota.window.size.seconds": "1",
     "num.replica.fetchers": "1",
     "log.segment.bytes": "1073741824",
     "log.roll.ms": "",

@@ -13,6 +13,9 @@ kbroker accepts the keys Kafka can change at runtime that matter to it:
   ...): they change the defaults of every topic without its own override, and live logs pick them up;
 * the log cleaner's keys (``log.cleaner.threads``, ``log.cleaner.backoff.ms``,
   ``log.cleaner.io.max.bytes.per.second``, ``log.cleaner.dedupe.buffer.size`` ...);
+* the replication throttles' rates (``leader.replication.throttled.rate``,
+  ``follower.replication.throttled.rate``; KIP-73, :mod:`kbroker.server.replication_quota`), which, as in Kafka,
+  can only be set dynamically (:data:`DYNAMIC_ONLY_BROKER_KEYS`: a value in ``server.properties`` has no effect);
 * a few thread-pool and connection keys that are stored and reported but change nothing in kbroker
   (``num.io.threads``, ``max.connections`` ...).
 
@@ -29,7 +32,7 @@ from kbroker.config import BROKER_DEFAULTS
 from kbroker.controller.topic_configs import INT_MAX, LONG_MAX, TopicConfigKey, parse_config_value
 from kbroker.protocol.errors import ErrorCode, KafkaError
 
-__all__ = ["DYNAMIC_BROKER_CONFIGS", "STATIC_BROKER_KEYS", "broker_synonyms", "effective_broker_props", "is_list_config",
+__all__ = ["DYNAMIC_BROKER_CONFIGS", "DYNAMIC_ONLY_BROKER_KEYS", "STATIC_BROKER_KEYS", "broker_synonyms", "effective_broker_props", "is_list_config",
            "validate_broker_configs"]
 
 _L = str(LONG_MAX)
@@ -77,6 +80,9 @@ _KEYS = [
     TopicConfigKey("log.cleaner.io.buffer.size", "int", "524288", lo=0),
     TopicConfigKey("log.cleaner.io.buffer.load.factor", "double", "0.9"),
     TopicConfigKey("log.cleaner.io.max.bytes.per.second", "double", "1.7976931348623157E308"),
+    # replication throttles (KIP-73), bytes/s
+    TopicConfigKey("leader.replication.throttled.rate", "long", _L, lo=0),
+    TopicConfigKey("follower.replication.throttled.rate", "long", _L, lo=0),
     # stored and reported, no effect in kbroker
     TopicConfigKey("num.io.threads", "int", "8", lo=1),
     TopicConfigKey("num.network.threads", "int", "3", lo=1),
@@ -92,6 +98,10 @@ _KEYS = [
 
 #: key -> definition of every broker config kbroker accepts as a dynamic config
 DYNAMIC_BROKER_CONFIGS: Mapping[str, TopicConfigKey] = {k.name: k for k in _KEYS}
+
+#: Dynamic broker keys Kafka reads only from the dynamic configs (``QuotaConfig.DYNAMIC_ONLY_BROKER_QUOTA_CONFIGS``):
+#: set in ``server.properties`` they have no effect.
+DYNAMIC_ONLY_BROKER_KEYS = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
 
 #: Known broker keys that Kafka only reads from server.properties (refused as dynamic configs).
 STATIC_BROKER_KEYS = frozenset(set(BROKER_DEFAULTS) - set(DYNAMIC_BROKER_CONFIGS)) | frozenset({

@@ -11,8 +11,10 @@ Per resource, in Kafka's order:
 1. a resource named twice in one request: INVALID_REQUEST for every occurrence;
 2. a key named twice: INVALID_REQUEST "Error due to duplicate config keys";
 3. a null value for anything but DELETE: INVALID_REQUEST "Null value not supported for : <keys>";
-4. resource type: TOPIC (2) and BROKER (4) are supported; BROKER names must be ``""`` (cluster default) or
-   this node's id; other types get INVALID_REQUEST;
+4. resource type: TOPIC (2) and BROKER (4) are supported; BROKER names must be ``""`` (cluster default), this
+   node's id or, in a cluster, the id of a registered broker (the request was forwarded by that broker, which
+   checked that it names itself: ``kbroker.server.handlers.common.misdirected_broker_resources``, Kafka's
+   ``ConfigAdminManager``); other types get INVALID_REQUEST;
 5. operations (incremental): SET (0), DELETE (1), APPEND (2) and SUBTRACT (3); APPEND/SUBTRACT only on list
    keys (topics: INVALID_CONFIG "Can't APPEND to key ... because its type is not LIST."; brokers:
    INVALID_REQUEST) and starting from the key's default when it has no value yet;
@@ -46,7 +48,7 @@ IncrementalResource = tuple[int, str, Sequence[tuple[str, int, "str | None"]]]
 LegacyResource = tuple[int, str, Sequence[tuple[str, "str | None"]]]
 
 
-def _check_resource(rtype: int, name: str, node_id: int) -> None:
+def _check_resource(rtype: int, name: str, node_id: int, image: MetadataImage) -> None:
     if rtype == TOPIC_RESOURCE:
         return
     if rtype == BROKER_RESOURCE:
@@ -56,7 +58,7 @@ def _check_resource(rtype: int, name: str, node_id: int) -> None:
             nid = int(name)
         except ValueError:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}") from None
-        if nid != node_id:
+        if nid != node_id and nid not in image.brokers:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {node_id}, but received {name}")
         return
     if rtype == BROKER_LOGGER_RESOURCE:
@@ -121,7 +123,7 @@ def plan_incremental_alter_configs(image: MetadataImage, node_id: int, resources
             nulls = [k for k, op, v in ops if op != DELETE and v is None]
             if nulls:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls))
-            _check_resource(rtype, name, node_id)
+            _check_resource(rtype, name, node_id, image)
             current = dict(image.configs.get((rtype, name), {}))
             new: dict[str, str | None] = dict(current)
             for key, op, value in ops:
@@ -173,7 +175,7 @@ def plan_legacy_alter_configs(image: MetadataImage, node_id: int, resources: Seq
             nulls = [k for k, v in entries if v is None]
             if nulls:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls))
-            _check_resource(rtype, name, node_id)
+            _check_resource(rtype, name, node_id, image)
             current = dict(image.configs.get((rtype, name), {}))
             new: dict[str, str | None] = dict(entries)
             _validate(image, rtype, name, new, remote_storage_enabled)

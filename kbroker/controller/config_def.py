@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from kbroker.config import BROKER_DEFAULTS, ConfigException
-from kbroker.controller.broker_configs import DYNAMIC_BROKER_CONFIGS
+from kbroker.controller.broker_configs import DYNAMIC_BROKER_CONFIGS, DYNAMIC_ONLY_BROKER_KEYS
 from kbroker.controller.topic_configs import INT_MAX, LONG_MAX, TOPIC_CONFIG_KEYS, TopicConfigKey, parse_config_value
 from kbroker.protocol.errors import KafkaError
 
@@ -169,6 +169,11 @@ _STATIC: list[tuple] = [
     ("replica.lag.time.max.ms", "long", "30000", HIGH,
      "A follower that has not caught up with the leader for this long leaves the ISR (AlterPartition).",
      (1, None, None), True),
+    ("replication.quota.window.num", "int", "11", LOW,
+     "Samples the replication throttles' byte rates keep (KIP-73; kbroker/server/replication_quota.py).",
+     (1, None, None), True),
+    ("replication.quota.window.size.seconds", "int", "1", LOW,
+     "Seconds each sample of the replication throttles' byte rates covers.", (1, None, None), True),
     ("replica.socket.timeout.ms", "int", "30000", HIGH,
      "How long a follower waits for the answer to a Fetch, beyond replica.fetch.wait.max.ms.", (1, None, None),
      True),
@@ -288,6 +293,14 @@ _DYNAMIC_DOCS: dict[str, tuple[str, str, bool]] = {
     "log.cleaner.io.buffer.size": (MEDIUM, "Cleaner read/write buffer size.", True),
     "log.cleaner.io.buffer.load.factor": (MEDIUM, "Load factor of the cleaner's key map.", False),
     "log.cleaner.io.max.bytes.per.second": (MEDIUM, "Cleaner I/O throttle.", False),
+    "leader.replication.throttled.rate": (
+        MEDIUM, "Upper bound (bytes/s) of what this broker as a leader sends for the replicas in "
+                "leader.replication.throttled.replicas; followers outside the ISR get no records of them while it is "
+                "exceeded (KIP-73). Dynamic only: no effect in server.properties.", True),
+    "follower.replication.throttled.rate": (
+        MEDIUM, "Upper bound (bytes/s) of what this broker as a follower fetches for the replicas in "
+                "follower.replication.throttled.replicas; while it is exceeded it does not fetch those outside the ISR "
+                "(KIP-73). Dynamic only: no effect in server.properties.", True),
     "num.io.threads": (HIGH, "Request handler threads (kbroker: one event loop; stored, no effect).", False),
     "num.network.threads": (HIGH, "Network threads (kbroker: one event loop; stored, no effect).", False),
     "num.replica.fetchers": (HIGH, "Fetch loops per leader broker a follower runs (partitions spread by hash; read "
@@ -333,9 +346,11 @@ TOPIC_DOCS: dict[str, str] = {
     "file.delete.delay.ms": "Delay before a deleted segment's files are removed.",
     "flush.messages": "Messages appended before the log is fsynced.",
     "flush.ms": "Age of unflushed data before the log is fsynced.",
-    "follower.replication.throttled.replicas": "Replicas throttled on the follower side.",
+    "follower.replication.throttled.replicas": "Replicas throttled on the follower side (partition:brokerId,... or "
+                                               "*), by follower.replication.throttled.rate.",
     "index.interval.bytes": "Bytes between offset index entries.",
-    "leader.replication.throttled.replicas": "Replicas throttled on the leader side.",
+    "leader.replication.throttled.replicas": "Replicas throttled on the leader side (partition:brokerId,... or *), "
+                                             "by leader.replication.throttled.rate.",
     "local.retention.bytes": "Local retention with tiered storage (no tiered storage in kbroker).",
     "local.retention.ms": "Local retention with tiered storage (no tiered storage in kbroker).",
     "max.compaction.lag.ms": "The oldest a record may be before compaction is forced.",
@@ -384,7 +399,10 @@ def validate_server_config(props: Mapping[str, str]) -> list[str]:
             parse_config_value(d.key, raw)
         except KafkaError as exc:
             raise ConfigException(exc.message) from None
-        if not d.used and raw != (d.key.default or ""):
+        if name in DYNAMIC_ONLY_BROKER_KEYS:
+            warnings.append(f"The configuration '{name}' can only be set dynamically (kbroker-configs --alter "
+                            f"--entity-type brokers); its value in server.properties has no effect.")
+        elif not d.used and raw != (d.key.default or ""):
             warnings.append(f"The configuration '{name}' is accepted but has no effect in kbroker.")
     return warnings
 

@@ -1325,27 +1325,24 @@ class QuorumController:
 
     # ---- configs ----
     def incremental_alter_configs(self, resources: Sequence[tuple[int, str, Sequence[tuple[str, int, str | None]]]],
-                                  validate_only: bool = False, node_id: int | None = None
-                                  ) -> list[tuple[int, str | None]]:
+                                  validate_only: bool = False) -> list[tuple[int, str | None]]:
         """IncrementalAlterConfigs: ``resources`` are (resource type, name, [(key, op, value)]) with op SET 0,
         DELETE 1, APPEND 2, SUBTRACT 3. Returns one ``(error_code, error_message)`` per resource; the
         ConfigRecords of the valid resources are committed together (rules in
-        :mod:`kbroker.controller.config_control`). ``node_id``: the node the client sent the request to (a
-        standby forwards it here), which a BROKER resource named by id must be; default this node."""
+        :mod:`kbroker.controller.config_control`)."""
         with self._lock:
             records, results = plan_incremental_alter_configs(
-                self.latest_image, self.node_id if node_id is None else node_id, resources, self.config.get_bool("remote.log.storage.system.enable"))
+                self.latest_image, self.node_id, resources, self.config.get_bool("remote.log.storage.system.enable"))
             if records and not validate_only:
                 self._commit(records)
             return results
 
     def alter_configs(self, resources: Sequence[tuple[int, str, Sequence[tuple[str, str | None]]]],
-                      validate_only: bool = False, node_id: int | None = None) -> list[tuple[int, str | None]]:
-        """Legacy AlterConfigs: each resource's dynamic configs become exactly ``[(key, value)]`` (``node_id``
-        as for :meth:`incremental_alter_configs`)."""
+                      validate_only: bool = False) -> list[tuple[int, str | None]]:
+        """Legacy AlterConfigs: each resource's dynamic configs become exactly ``[(key, value)]``."""
         with self._lock:
             records, results = plan_legacy_alter_configs(
-                self.latest_image, self.node_id if node_id is None else node_id, resources, self.config.get_bool("remote.log.storage.system.enable"))
+                self.latest_image, self.node_id, resources, self.config.get_bool("remote.log.storage.system.enable"))
             if records and not validate_only:
                 self._commit(records)
             return results

@@ -70,6 +70,11 @@ class Broker:
             producer_id_expiration_ms=config.get_int("producer.id.expiration.ms"),
             producer_id_expiration_check_interval_ms=config.get_int("producer.id.expiration.check.interval.ms"))
         self.replica_manager = ReplicaManager(self)
+        from kbroker.server.replication_quota import ReplicationQuotas
+
+        #: the leader and follower replication throttles (KIP-73), following the committed metadata once partitions
+        #: are hosted (_start_partitions)
+        self.replication_quotas = ReplicationQuotas.from_config(config)
         self.group_coordinator = GroupCoordinator.for_broker(self)
         #: markers for partitions led by other brokers (a cluster only)
         self.remote_markers: Any = None
@@ -262,6 +267,8 @@ class Broker:
         self.replica_manager.apply_image(self.controller.image)
         self.controller.add_listener(self.replica_manager.on_metadata_update)
         self.controller.add_listener(self._apply_config_changes)
+        self.replication_quotas.apply_image(self.controller.image)
+        self.controller.add_listener(self.replication_quotas.on_metadata_update)  # the throttles (KIP-73)
         self.group_coordinator.startup()  # loads __consumer_offsets partitions; follows metadata changes
         self.transaction_coordinator.startup()  # loads __transaction_state; finishes prepared transactions
 
@@ -273,7 +280,8 @@ class Broker:
 
         channels = BrokerChannels(f"kbroker-{self.node_id}-replica-fetcher", self.config.get("inter.broker.listener.name"))
         fetchers = ReplicaFetcherManager(self.node_id, channels, lambda: self.controller.image, self.broker_epoch,
-                                         FetcherSettings.from_config(self.config))
+                                         FetcherSettings.from_config(self.config),
+                                         follower_quota=self.replication_quotas.follower)
         alter = AlterPartitionManager(self.node_id, self.broker_epoch, self._send_alter_partition,
                                       self._broker_epoch_of)
         self.replica_manager.start_replication(fetchers, alter)

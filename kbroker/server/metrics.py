@@ -20,7 +20,10 @@ Gauges, computed when scraped from the broker's own state (so the hot path pays 
   ``kafka_log_log_numlogsegments``;
 * ``kafka_server_socketservermetrics_connection_count{listener}``: open client connections;
 * ``kafka_controller_kafkacontroller_activecontrollercount``;
-* ``kafka_log_logcleaner_cleaner_rounds_total`` (rounds completed by the log cleaner).
+* ``kafka_log_logcleaner_cleaner_rounds_total`` (rounds completed by the log cleaner);
+* ``kafka_server_leaderreplication_byte_rate`` / ``kafka_server_followerreplication_byte_rate``: the replication
+  throttles' measured rates, bytes/s of throttled replicas' traffic (Kafka's ``byte-rate`` of the
+  ``LeaderReplication`` / ``FollowerReplication`` quotas, KIP-73; ``kbroker/server/replication_quota.py``).
 
 The endpoint is served on the broker's event loop, so scrapes read consistent state without locks.
 """
@@ -91,6 +94,12 @@ class _StateCollector:
         yield conns
         yield GaugeMetricFamily("kafka_controller_kafkacontroller_activecontrollercount",
                                 "1 if this node is the active controller", value=1 if b.controller.is_active else 0)
+        quotas = getattr(b, "replication_quotas", None)
+        if quotas is not None:
+            for quota in (quotas.leader, quotas.follower):
+                yield GaugeMetricFamily(f"kafka_server_{quota.replication_type.lower()}_byte_rate",
+                                        f"Bytes/s of throttled replicas' traffic ({quota.replication_type} quota)",
+                                        value=quota.rate())
         cleaner = getattr(b, "log_cleaner", None)
         if cleaner is not None:
             yield CounterMetricFamily("kafka_log_logcleaner_cleaner_rounds", "Log cleaner rounds completed",

@@ -18,7 +18,14 @@ listener, with the follower's log end offset and the epoch of its last batch:
 * NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, UNKNOWN_TOPIC_*: the metadata is moving; the
   partition waits ``replica.fetch.backoff.ms`` (a metadata change that names a new leader or epoch moves it on
   at once);
-* an unreachable leader: the whole fetcher backs off ``replica.fetch.backoff.ms``.
+* an unreachable leader: the whole fetcher backs off ``replica.fetch.backoff.ms``;
+* replication throttles (KIP-73, :mod:`kbroker.server.replication_quota`): a partition in
+  ``follower.replication.throttled.replicas`` for this broker whose replica is not in the ISR is left out of the
+  Fetch while ``follower.replication.throttled.rate`` is exceeded; what arrives for throttled partitions is
+  recorded. With nothing left to fetch, Kafka's fetcher looks again after ``replica.fetch.backoff.ms``; this one
+  as soon as the quota's throttle time has passed, if that is sooner (with fetches of ``replica.fetch.max.bytes``
+  that take less than the backoff at the throttled rate, a whole backoff per fetch would hold the catch-up well
+  below the rate).
 
 Settings: ``replica.fetch.max.bytes`` (per partition), ``replica.fetch.response.max.bytes``,
 ``replica.fetch.wait.max.ms``, ``replica.fetch.min.bytes``, ``replica.fetch.backoff.ms``, ``num.replica.fetchers``.
@@ -113,9 +120,12 @@ class ReplicaFetcher:
         while True:
             now = time.monotonic()
             ready = [p for k, p in self.partitions.items() if self.delayed.get(k, 0.0) <= now]
-            if not ready:
+            fetchable = self._unthrottled(ready)
+            if not fetchable:
                 self._changed.clear()
                 wait = min((t for t in self.delayed.values()), default=now + 1.0) - now
+                if ready:  # all held back by the follower quota: until it allows them, at most the backoff
+                    wait = min(settings.backoff_ms / 1000, max(0.01, self.manager.quota.throttle_time_s()))
                 try:
                     await asyncio.wait_for(self._changed.wait(), max(0.01, wait))
                 except asyncio.TimeoutError:
@@ -125,7 +135,7 @@ class ReplicaFetcher:
             if ch is None:
                 await asyncio.sleep(settings.backoff_ms / 1000)
                 continue
-            request, sent = self._build(ready)
+            request, sent = self._build(fetchable)
             try:
                 resp = await ch.request(ApiKey.FETCH, FETCH_VERSION, request,
                                         (settings.wait_max_ms + settings.request_timeout_ms) / 1000)
@@ -142,6 +152,15 @@ class ReplicaFetcher:
             except Exception:
                 log.exception("replica fetcher for leader %d failed on a response", self.leader_id)
                 await asyncio.sleep(settings.backoff_ms / 1000)
+
+    def _unthrottled(self, parts: list[Any]) -> list[Any]:
+        """``parts`` without those the follower replication quota holds back now (throttled, this replica outside
+        the ISR, quota exceeded)."""
+        quota = self.manager.quota
+        if quota is None:
+            return parts
+        node = self.manager.node_id
+        return [p for p in parts if not quota.should_throttle(p.topic, p.partition_index, node in p.isr)]
 
     def _build(self, parts: list[Any]) -> tuple[FetchRequest, dict[tuple[bytes, int], tuple[Any, int, int]]]:
         settings = self.manager.settings
@@ -179,6 +198,9 @@ class ReplicaFetcher:
                     if pd.error_code in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE):
                         if not apply_fetched(part, pd, self.leader_id):
                             self.delayed[key] = time.monotonic() + backoff
+                        quota, size = self.manager.quota, len(pd.records) if pd.records is not None else 0
+                        if quota is not None and size and quota.is_throttled(part.topic, part.partition_index):
+                            quota.record(size)
                     else:
                         if pd.error_code not in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH,
                                                  ErrorCode.UNKNOWN_LEADER_EPOCH):
@@ -256,11 +278,13 @@ class ReplicaFetcherManager:
     """Which leader each followed partition is fetched from, and the fetcher tasks doing it.
 
     ``channels`` + ``image()`` reach other brokers; ``broker_epoch()`` is this broker's registration epoch
-    (-1 before it registered)."""
+    (-1 before it registered); ``follower_quota``: the follower replication throttle
+    (:class:`~kbroker.server.replication_quota.ReplicationQuotaManager`; None: never throttled)."""
 
     def __init__(self, node_id: int, channels: BrokerChannels, image: Callable[[], Any],
-                 broker_epoch: Callable[[], int], settings: FetcherSettings) -> None:
+                 broker_epoch: Callable[[], int], settings: FetcherSettings, follower_quota: Any = None) -> None:
         self.node_id = node_id
+        self.quota = follower_quota
         self.channels = channels
         self.image = image
         self.broker_epoch = broker_epoch

@@ -152,19 +152,6 @@ def test_dynamic_broker_configs(qc):
     assert c2.image.broker_configs()["log.retention.ms"] == "5000"
 
 
-def test_broker_resource_of_the_node_that_received_the_request(qc):
-    """A standby forwards IncrementalAlterConfigs/AlterConfigs to the active controller: BROKER "2" sent to node
-    2 is valid there (node_id=2), and only the receiving node's id is (Kafka's broker-side check)."""
-    c = qc[0]
-    B = BROKER_RESOURCE
-    ops = [("follower.replication.throttled.rate", SET, "1000")]
-    assert c.incremental_alter_configs([(B, "2", ops)], node_id=2) == [(E.NONE, None)]
-    assert c.incremental_alter_configs([(B, "3", ops)], node_id=2) == [
-        (E.INVALID_REQUEST, "Unexpected broker id, expected 2, but received 3")]
-    assert c.alter_configs([(B, "2", [("log.cleaner.backoff.ms", "100")])], node_id=2) == [(E.NONE, None)]
-    assert dict(c.image.broker_configs(2)) == {"log.cleaner.backoff.ms": "100"}
-
-
 # ---- leaders and reassignments ----------------------------------------------------------------------
 
 def test_elect_leaders_single_node(qc):

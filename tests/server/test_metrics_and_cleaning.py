@@ -52,6 +52,8 @@ def test_metrics_endpoint_counts_produce_and_fetch(metered):
     before = _samples(text)
     assert before[("kafka_server_replicamanager_partitioncount", ())] == 2
     assert ("kafka_server_brokertopicmetrics_messagesin_total", (("topic", "m"),)) not in before
+    assert before[("kafka_server_leaderreplication_byte_rate", ())] == 0  # the replication throttles' rates
+    assert before[("kafka_server_followerreplication_byte_rate", ())] == 0
     for i in range(3):
         assert _produce(node, "m", 1, [(b"k", b"x" * 50), (b"k2", b"y")]).error_code == 0
     fetched = _fetch(node, "m", 1, 0)

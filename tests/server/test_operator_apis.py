@@ -152,6 +152,34 @@ def test_alter_configs_errors_and_validate_only(node):
     assert res.error_code == E.INVALID_REQUEST
 
 
+def test_broker_resources_must_name_the_receiving_broker(node):
+    """Kafka's brokers check a BROKER resource against their own id before forwarding to the controller; the
+    active controller takes a forwarded one for the forwarding broker (client id ``kbroker-forward-<id>``)."""
+    from kbroker.protocol import codec
+    from kbroker.protocol.headers import encode_request_header
+    from kbroker.protocol.messages import IncrementalAlterConfigsResponse
+    from kbroker.server.metadata_quorum import FORWARDED_PREFIX
+    from tests.server.conftest import _Connection
+
+    R = IncrementalAlterConfigsRequest
+
+    def alter(client_id: str, names: list[str]):
+        req = R(resources=[R.AlterConfigsResource(resource_type=BROKER, resource_name=n, configs=[
+            R.AlterableConfig(name="log.cleaner.backoff.ms", config_operation=SET, value="14000")]) for n in names])
+        frame = encode_request_header(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, 7, client_id) + codec.encode(req, 1)
+        data = b"".join(bytes(c) for c in node.run(node.broker.apis.handle_frame(_Connection(), frame)))
+        resp, _ = codec.decode(IncrementalAlterConfigsResponse, data, 1, 5)  # correlation id, no tags
+        return [(r.resource_name, r.error_code, r.error_message) for r in resp.responses]
+
+    assert alter("tests", ["2", "1", ""]) == [
+        ("2", E.INVALID_REQUEST, "Unexpected broker id, expected 1, but received 2"), ("1", E.NONE, None),
+        ("", E.NONE, None)]
+    # forwarded by node 2: "1" names another broker than the receiving one; "2" passes that check and then the
+    # controller's (a registered broker's id; here there is none: refused)
+    assert [c for _, c, _ in alter(f"{FORWARDED_PREFIX}2", ["1", "2"])] == [E.INVALID_REQUEST, E.INVALID_REQUEST]
+    assert alter(f"{FORWARDED_PREFIX}1", ["1"]) == [("1", E.NONE, None)]
+
+
 # ---- DeleteRecords and DescribeLogDirs --------------------------------------------------------------
 
 def _delete_records(node, topic: str, offsets: dict[int, int], version: int = 2):

@@ -18,19 +18,18 @@ API_KEY = ApiKey.ALTER_CONFIGS
 VERSIONS = range(0, 3)
 
 
-from kbroker.server.handlers.common import committed_results as committed
+from kbroker.server.handlers.common import alter_configs_results
 
 
 async def handle(ctx, request: AlterConfigsRequest) -> R:
-    from kbroker.server.handlers.common import maybe_forward, receiving_node_id
+    from kbroker.server.handlers.common import maybe_forward
 
     if (forwarded := await maybe_forward(ctx, request)) is not None:
         return forwarded  # a standby in a cluster: the active controller answered
     resources = [(r.resource_type, r.resource_name, [(c.name, c.value) for c in r.configs]) for r in request.resources]
-    results = await committed(ctx, lambda: ctx.broker.controller.alter_configs(resources,
-                                                                   validate_only=request.validate_only,
-                                                                   node_id=receiving_node_id(ctx)),
-                              len(resources), request.validate_only)
+    results = await alter_configs_results(
+        ctx, resources, lambda kept: ctx.broker.controller.alter_configs(kept, validate_only=request.validate_only),
+        request.validate_only)
     return R(responses=[R.AlterConfigsResourceResponse(error_code=code, error_message=msg,
                                                        resource_type=r.resource_type, resource_name=r.resource_name)
                         for r, (code, msg) in zip(request.resources, results)])

@@ -131,18 +131,6 @@ async def forward_to_controller(ctx, request):  # noqa: ANN001, ANN201
     return await quorum.forward(ctx.header.api_key, ctx.api_version, request, ctx.listener_name)
 
 
-def receiving_node_id(ctx) -> int:  # noqa: ANN001
-    """The node a client sent this request to: the forwarding node for a request a standby forwarded (its client
-    id is ``kbroker-forward-<node id>``), else this node. A BROKER config resource named by id must be that
-    node (Kafka's broker checks it before forwarding; the active controller checks it here on its behalf)."""
-    from kbroker.server.metadata_quorum import FORWARDED_PREFIX
-
-    client_id = ctx.client_id or ""
-    if client_id.startswith(FORWARDED_PREFIX) and client_id[len(FORWARDED_PREFIX):].isdigit():
-        return int(client_id[len(FORWARDED_PREFIX):])
-    return ctx.broker.node_id
-
-
 async def maybe_forward(ctx, request):  # noqa: ANN001, ANN201
     """:func:`forward_to_controller`, or None when it cannot forward (the handler then answers NOT_CONTROLLER
     per resource itself)."""
@@ -152,3 +140,41 @@ async def maybe_forward(ctx, request):  # noqa: ANN001, ANN201
         return await forward_to_controller(ctx, request)
     except KafkaError:
         return None
+
+
+def receiving_node(ctx) -> int:  # noqa: ANN001
+    """The node a client sent this request to: this one, or for a request another node forwarded to the active
+    controller (client id ``kbroker-forward-<node id>``, :meth:`MetadataQuorum.forward`) that node."""
+    from kbroker.server.metadata_quorum import FORWARDED_PREFIX
+
+    if ctx.client_id.startswith(FORWARDED_PREFIX):
+        tail = ctx.client_id[len(FORWARDED_PREFIX):]
+        if tail.isdigit():
+            return int(tail)
+    return ctx.broker.node_id
+
+
+async def alter_configs_results(ctx, resources, write,  # noqa: ANN001
+                                validate_only: bool) -> list[tuple[int, str | None]]:
+    """``(error code, message)`` per resource of an AlterConfigs / IncrementalAlterConfigs, in request order.
+
+    As Kafka's brokers do before they forward such a request (``ConfigAdminManager``), a BROKER resource must name
+    the cluster default (``""``) or the broker the client sent it to (:func:`receiving_node`): another id gets
+    INVALID_REQUEST "Unexpected broker id, expected <receiver>, but received <name>" (a non-integer name is left
+    to the controller: "Node id must be an integer ..."). The other resources go to ``write(kept resources)``
+    (the quorum controller's plan; committed as :func:`committed_results`). ``resources``: ``(resource type,
+    name, ops)`` tuples."""
+    from kbroker.controller.image import BROKER_RESOURCE
+    from kbroker.protocol.errors import ErrorCode
+
+    receiver = receiving_node(ctx)
+    errors: list[tuple[int, str | None] | None] = []
+    for rtype, name, _ in resources:
+        if rtype == BROKER_RESOURCE and name.lstrip("-").isdigit() and int(name) != receiver:
+            errors.append((ErrorCode.INVALID_REQUEST,
+                           f"Unexpected broker id, expected {receiver}, but received {name}"))
+        else:
+            errors.append(None)
+    kept = [r for r, e in zip(resources, errors) if e is None]
+    results = iter(await committed_results(ctx, lambda: write(kept), len(kept), validate_only) if kept else ())
+    return [e if e is not None else next(results) for e in errors]

@@ -21,6 +21,12 @@ Behavior:
   (or is not there), the answer is ``DivergingEpoch`` (the epoch and its end offset in the leader's log) and no
   records: the follower truncates there (KIP-320/KIP-595 style, Fetch v12+). A fetch offset outside the log is
   OFFSET_OUT_OF_RANGE; a node that is not a replica gets NOT_LEADER_OR_FOLLOWER;
+* replication throttles (KIP-73, :mod:`kbroker.server.replication_quota`): a follower outside the ISR gets no
+  records (an empty ``Records``, the other fields as usual) of a partition in ``leader.replication.throttled.replicas``
+  for this leader while ``leader.replication.throttled.rate`` is exceeded; what the answer carries of such
+  partitions counts against that rate (for in-sync followers too, as in Kafka). A follower's long poll is read
+  again once the rate allows (the quota's throttle time), not only on appends or at ``max_wait_ms`` as in Kafka
+  (whose throttled catch-up then moves in steps of ``replica.fetch.wait.max.ms``);
 Version notes:
 * v9: CurrentLeaderEpoch checks (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH); v13+: topic ids
   (UNKNOWN_TOPIC_ID); v15: ReplicaState; v18: HighWatermark tag (used by replication later).
@@ -61,29 +67,43 @@ async def handle(ctx, request: FetchRequest) -> FetchResponse:
         return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
     replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
     follower = replica_id >= 0
+    quota = broker.replication_quotas.leader if follower else None
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
     first = True
     while True:
         # a follower's position is recorded once per request, not again when a long poll reads again
-        resp, total, parts = _read_all(ctx, request, version, replica_id, record=first)
+        read = _read_all(ctx, request, version, replica_id, record=first, quota=quota)
+        resp, total, parts, _ = read
         first = False
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or remaining <= 0 or not parts or total < 0:
-            return resp
+            return _answer(read, quota)
+        if quota is not None and quota.is_quota_exceeded():  # read held-back replicas again once the rate allows
+            remaining = min(remaining, max(0.01, quota.throttle_time_s()))
         await broker.replica_manager.wait_for_data(parts, remaining, appends=follower)
         if time.monotonic() >= deadline:
-            return _read_all(ctx, request, version, replica_id, record=False)[0]
+            return _answer(_read_all(ctx, request, version, replica_id, record=False, quota=quota), quota)
 
 
-def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, record: bool = True):
-    """Read every requested partition once -> (response, bytes read or -1 on errors, partitions).
-    ``replica_id`` >= 0: a follower's fetch (``record``: its position is recorded, see :func:`follower_position`)."""
+def _answer(read, quota) -> FetchResponse:  # noqa: ANN001
+    """The response of the read that is answered; its bytes of throttled partitions count against the leader's
+    replication quota once (Kafka records them when the response goes out, not for reads a long poll drops)."""
+    if quota is not None and read[3]:
+        quota.record(read[3])
+    return read[0]
+
+
+def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, record: bool = True, quota=None):
+    """Read every requested partition once -> (response, bytes read or -1 on errors, partitions, bytes read of
+    partitions throttled by ``quota``). ``replica_id`` >= 0: a follower's fetch (``record``: its position is
+    recorded, see :func:`follower_position`); ``quota``: the leader's replication quota (KIP-73) for it."""
     broker = ctx.broker
     image = broker.controller.image
     rm = broker.replica_manager
     resp = FetchResponse(session_id=0)
     budget = request.max_bytes if version >= 3 else 2**31 - 1
     total = 0
+    throttled_bytes = 0
     had_error = False
     parts = []
     read_committed = request.isolation_level == READ_COMMITTED and replica_id < 0
@@ -121,11 +141,15 @@ def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, re
                 max_bytes = min(fp.partition_max_bytes, budget)
                 if max_bytes <= 0 and total > 0:
                     continue
+                if quota is not None and quota.should_throttle(topic.name, fp.partition, replica_id in part.isr):
+                    continue  # KIP-73: an out-of-sync follower of a throttled replica gets no records for now
                 info = part.log.read(fp.fetch_offset, max(max_bytes, 0), upper, min_one_message=(total == 0))
                 if info.size:
                     pd.records = info.regions
                     total += info.size
                     budget -= info.size
+                    if quota is not None and quota.is_throttled(topic.name, fp.partition):
+                        throttled_bytes += info.size
                     if read_committed:
                         pd.aborted_transactions = [
                             FetchResponse.AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset)
@@ -136,7 +160,7 @@ def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, re
             except OSError:
                 pd.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                 had_error = True
-    return resp, (-1 if had_error and total == 0 else total), parts
+    return resp, (-1 if had_error and total == 0 else total), parts, throttled_bytes
 
 
 def follower_position(rm, part, replica_id: int, fp, pd, version: int, now_ms: int, record: bool = True) -> bool:
