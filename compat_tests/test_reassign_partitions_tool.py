@@ -1,9 +1,6 @@
 """kbroker-reassign-partitions and kbroker-leader-election against a cluster of three combined nodes, run as a user
 runs them (subprocesses, through a node that is not the active controller, so the requests are forwarded).
 
-What kbroker's controller does today decides what is checked: a reassignment whose target reorders the current
-replicas completes at once (moving replicas to other brokers comes with replica movement), so:
-
 * ``--generate``: both JSON documents, the current one equal to the topic's replicas, the proposal giving every
   partition distinct brokers of ``--broker-list`` with the replication factor kept and the leaders spread evenly;
 * ``--execute`` of reordered replica lists with ``--throttle``: Kafka's text, the new orders in
@@ -14,7 +11,11 @@ replicas completes at once (moving replicas to other brokers comes with replica 
   ``--topic/--partition``, one from a JSON file next to one already elected ("Valid replica already elected"), the
   rest with ``--all-topic-partitions``; the leaders are then the first replicas;
 * errors with Kafka's messages and exit status 1: unknown topic, unknown partition, unknown broker, bad JSON, an
-  election for an unknown partition; ``--cancel`` with nothing in progress.
+  election for an unknown partition; ``--cancel`` with nothing in progress;
+* a real move of a 3 MB partition to another broker under ``--throttle``: ``--list`` shows it, ``--verify`` says it
+  is in progress (throttles kept) until the new replica caught up, then completed (throttles cleared), the old
+  replica's log is deleted and the new one holds every record;
+* ``kbroker-topics --create --replica-assignment``.
 """
 
 from __future__ import annotations
@@ -287,3 +288,12 @@ def test_execute_moves_data_under_a_throttle_and_verify_waits(cluster, bootstrap
     c.close()
     assert got == [b"%06d" % i for i in range(3000)]
     print(f"3 MB moved from broker {source} to {dest} in {took:.1f} s at --throttle {rate} B/s: {statuses}")
+
+
+def test_topics_create_with_replica_assignment(cluster, bootstrap):
+    """``kbroker-topics --create --replica-assignment`` places the replicas as given (it failed with a traceback:
+    confluent-kafka refuses a NewTopic with an assignment and its default partition count)."""
+    tool("kbroker-topics", "--bootstrap-server", bootstrap, "--create", "--topic", "placed",
+         "--replica-assignment", "1:2,2:3,3:1")
+    got = wait_until(lambda: (d := describe(bootstrap, "placed")) and len(d) == 3 and d, 20, "topic placed")
+    assert {p: replicas for p, (_, replicas) in got.items()} == {0: [1, 2], 1: [2, 3], 2: [3, 1]}

@@ -211,7 +211,10 @@ class TopicService:
             raise CliError("The partitions must be greater than 0")
         configs = parse_topic_configs(a.config)
         if a.replica_assignment:
-            topic = NewTopic(name, replica_assignment=parse_replica_assignment(a.replica_assignment), config=configs)
+            assignment = parse_replica_assignment(a.replica_assignment)
+            # confluent-kafka 2.16 takes num_partitions -1 (its default) for a count next to the assignment and
+            # refuses the pair ("mutually exclusive"); the assignment's own count is what CreateTopics sends anyway
+            topic = NewTopic(name, num_partitions=len(assignment), replica_assignment=assignment, config=configs)
         else:
             topic = NewTopic(name, num_partitions=a.partitions if a.partitions is not None else -1,
                              replication_factor=a.replication_factor if a.replication_factor is not None else -1,
