@@ -6,6 +6,10 @@ killed leader's partitions move to an in-sync follower without losing an acknowl
   while the leader of the partitions is killed with SIGKILL and restarted, again and again; afterwards every
   acknowledged record is read back once, at its offset, in order (:mod:`kbroker.testing.history`), and the
   replicas' segment files are byte-identical (batches are copied as the leader stored them).
+* The Java client, kafka-python and aiokafka, each an idempotent acks=all producer, through two leader kills:
+  nothing any of them saw acknowledged is lost or duplicated.
+* A fourth broker joins and partitions move onto it (AlterPartitionReassignments) under load, then a restarted
+  preferred leader gets its leadership back (``auto.leader.rebalance.enable``).
 * A seeded campaign of 100 faults (:mod:`kbroker.testing.fault_campaign`: kill -9 of leaders and followers,
   SIGSTOP of brokers, a broker wiped) under the same acks=all load: nothing acknowledged lost or duplicated.
 * Three controllers and three brokers (long broker session timeout, so only the leaders' AlterPartition changes
@@ -360,3 +364,123 @@ def test_reassignment_onto_an_added_broker_under_load(tmp_path):
             wait_until(lambda: len(set(segment_digests(cluster, t, TOPIC, p).values())) == 1, 30,
                        f"identical replicas of {TOPIC}-{p}")
         print(f"reassigned {targets} from {replicas} in {moved - started:.1f} s: {report.summary()}")
+
+
+def test_java_kafka_python_and_aiokafka_producers_survive_leader_kills(tmp_path, java_driver):
+    """The Java client (kafka-clients 4.3.0), kafka-python and aiokafka, each an idempotent acks=all producer, write
+    to RF 3 partitions (``min.insync.replicas=2``) while the leader of partition 0 is killed with SIGKILL and
+    restarted twice: every record any of them saw acknowledged is read back once, at its offset, in order."""
+    import asyncio
+    import json
+
+    from aiokafka import AIOKafkaProducer
+    from kafka import KafkaProducer
+
+    from compat_tests.records import RecordSpec
+
+    cluster = KbrokerCluster(tmp_path, nodes=3, overrides={"broker.session.timeout.ms": 3000,
+                                                           "broker.heartbeat.interval.ms": 300,
+                                                           "replica.lag.time.max.ms": 5000})
+    with cluster:
+        admin = Admin(cluster)
+        create_topic(admin)
+        h = History()
+        stop = threading.Event()
+        acked = {"java": 0, "kafka-python": 0, "aiokafka": 0}
+        errors: list[str] = []
+
+        spec = RecordSpec.new("java", 200_000, partitions=PARTITIONS, binary=False, nulls=False)
+        for i in range(spec.count):
+            h.attempt(TOPIC, spec.value(i))
+        java = java_driver.popen(["produce", "--bootstrap", cluster.bootstrap, "--topic", TOPIC, "--count",
+                                  str(spec.count), "--acks", "all", "--idempotence", "true", "--delay-ms", "3",
+                                  "--prop", "delivery.timeout.ms=120000", "--prop", "request.timeout.ms=30000",
+                                  *spec.java_args()])
+
+        def java_acks() -> None:
+            assert java.stdout is not None
+            for line in java.stdout:
+                if line.startswith("{"):
+                    e = json.loads(line)
+                    if e.get("event") == "ack" and not e.get("error"):
+                        h.ack(TOPIC, e["partition"], e["offset"], spec.value(e["index"]), producer="java")
+                        acked["java"] += 1
+                    elif e.get("event") == "ack":
+                        errors.append(f"java: {e.get('error_class')}")
+
+        def kafka_python() -> None:
+            p = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", enable_idempotence=True,
+                              request_timeout_ms=30000, delivery_timeout_ms=120000, linger_ms=5)
+            i = 0
+            while not stop.is_set():
+                value = f"kp-{i}".encode()
+                h.attempt(TOPIC, value)
+
+                def done(md, v=value):  # noqa: ANN001
+                    h.ack(TOPIC, md.partition, md.offset, v, producer="kafka-python")
+                    acked["kafka-python"] += 1
+
+                p.send(TOPIC, value=value, partition=i % PARTITIONS).add_callback(done).add_errback(
+                    lambda exc: errors.append(f"kafka-python: {exc!r}"))
+                i += 1
+                time.sleep(0.003)
+            p.flush(150)
+            p.close(30)
+
+        async def aiokafka_run() -> None:
+            p = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", enable_idempotence=True,
+                                 request_timeout_ms=30000, linger_ms=5)
+            await p.start()
+            pending = set()
+
+            async def one(i: int) -> None:
+                value = f"aio-{i}".encode()
+                h.attempt(TOPIC, value)
+                try:
+                    md = await (await p.send(TOPIC, value=value, partition=i % PARTITIONS))
+                except Exception as exc:  # noqa: BLE001 - recorded, the test fails on any
+                    errors.append(f"aiokafka: {exc!r}")
+                    return
+                h.ack(TOPIC, md.partition, md.offset, value, producer="aiokafka")
+                acked["aiokafka"] += 1
+
+            i = 0
+            try:
+                while not stop.is_set():
+                    task = asyncio.ensure_future(one(i))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                    i += 1
+                    await asyncio.sleep(0.003)
+                await asyncio.wait_for(asyncio.gather(*pending), 150)
+            finally:
+                await p.stop()
+
+        threads = [threading.Thread(target=java_acks, daemon=True), threading.Thread(target=kafka_python, daemon=True),
+                   threading.Thread(target=lambda: asyncio.run(aiokafka_run()), daemon=True)]
+        for t in threads:
+            t.start()
+        try:
+            wait_until(lambda: all(n >= 300 for n in acked.values()), 60, f"acknowledgements from every client {acked}")
+            for _ in range(2):
+                leader = admin.state()[0][0]
+                admin.down.add(leader)
+                cluster.kill(leader)
+                wait_until(lambda: admin.state()[0][0] not in (leader, -1), 30, f"a new leader after {leader}")
+                before = dict(acked)
+                wait_until(lambda: all(acked[c] >= before[c] + 300 for c in acked), 90,
+                           f"every client acknowledged again after the kill of {leader} ({acked})")
+                cluster.restart(leader)
+                admin.down.discard(leader)
+                admin.wait_isr(3, 60, what="the restarted node back in every ISR")
+        finally:
+            stop.set()
+            java.terminate()
+            for t in threads:
+                t.join(180)
+        assert not errors, errors[:5]
+        read_back(cluster.bootstrap, h)
+        report = h.check()
+        report.assert_ok()
+        assert report.acknowledged == sum(acked.values())
+        print(f"2 leader kills: {acked}; {report.summary()}")
