@@ -10,6 +10,8 @@ killed leader's partitions move to an in-sync follower without losing an acknowl
   nothing any of them saw acknowledged is lost or duplicated.
 * A fourth broker joins and partitions move onto it (AlterPartitionReassignments) under load, then a restarted
   preferred leader gets its leadership back (``auto.leader.rebalance.enable``).
+* A leader cut off from every other node (controller links and replica fetches through the harness's proxies),
+  three times: the controller moves its leadership, acks resume, nothing acknowledged is lost.
 * A seeded campaign of 100 faults (:mod:`kbroker.testing.fault_campaign`: kill -9 of leaders and followers,
   SIGSTOP of brokers, a broker wiped) under the same acks=all load: nothing acknowledged lost or duplicated.
 * Three controllers and three brokers (long broker session timeout, so only the leaders' AlterPartition changes
@@ -484,3 +486,46 @@ def test_java_kafka_python_and_aiokafka_producers_survive_leader_kills(tmp_path,
         report.assert_ok()
         assert report.acknowledged == sum(acked.values())
         print(f"2 leader kills: {acked}; {report.summary()}")
+
+
+def test_leader_cut_off_from_the_cluster_acknowledges_nothing_that_is_lost(tmp_path):
+    """Three controllers and three brokers, every link between nodes through a proxy (controller links and
+    broker-to-broker replica fetches): the leader of partition 0 is cut off from every other node (its clients
+    still reach it) three times, under confluent-kafka's idempotent acks=all producer. The controller fences it
+    and elects an in-sync follower; acks resume through the new leader; what the cut-off leader appended alone is
+    never acknowledged (acks=all waits for followers that no longer fetch from it, and it cannot shrink its ISR
+    without the controller); after the heal it truncates that and follows. Nothing acknowledged is lost or
+    duplicated and the replicas end byte-identical."""
+    from kbroker.testing.fault_campaign import CAMPAIGN_OVERRIDES
+
+    cluster = KbrokerCluster(tmp_path, nodes=3, brokers=3, link_proxies=True, overrides=CAMPAIGN_OVERRIDES)
+    with cluster:
+        admin = Admin(cluster)
+        create_topic(admin)
+        h = History()
+        w = Writer(cluster.bootstrap, h, "cut").start()
+        resumed = []
+        try:
+            w.wait_acked(300, 30)
+            for _ in range(3):
+                leader = admin.state()[0][0]
+                admin.down.add(leader)
+                cluster.isolate(leader)
+                w.set_mark()
+                cut = time.monotonic()
+                wait_until(lambda: admin.state()[0][0] not in (leader, -1), 30, f"a leader other than {leader}")
+                w.wait_acked(100, 90, partition=0)
+                resumed.append(time.monotonic() - cut)
+                cluster.heal()
+                admin.down.discard(leader)
+                admin.wait_isr(3, 60, what=f"broker {leader} back in every ISR after the heal")
+                w.wait_acked(100, 30)
+        finally:
+            w.stop()
+        read = read_back(cluster.bootstrap, h)
+        report = h.check()
+        report.assert_ok()
+        assert report.acknowledged == w.acked and read >= w.acked
+        wait_identical(cluster, cluster.broker_ids)
+        print(f"3 leaders cut off: {report.summary()}; partition 0 acks resumed after "
+              f"{', '.join(f'{s:.1f}' for s in resumed)} s")

@@ -8,7 +8,8 @@ a CONTROLLER listener and nothing else), nodes 4..6 brokers only (``process.role
 listener; they follow the metadata log as observers and register with the active controller).
 Nodes are :class:`KbrokerProcess` objects, so each can be killed (``kill -9``), stopped, paused
 (SIGSTOP/SIGCONT) and restarted on its own. With ``link_proxies=True`` every node reaches every voter through
-its own :class:`~kbroker.testing.proxy.TcpProxy` (one per direction of each link), so a test can
+its own :class:`~kbroker.testing.proxy.TcpProxy` (one per direction of each link), and every broker reaches
+every other broker's inter-broker listener (replica fetches) through one too, so a test can
 :meth:`~KbrokerCluster.partition` two nodes, :meth:`~KbrokerCluster.isolate` one, and :meth:`~KbrokerCluster.heal`::
 
     with KbrokerCluster(tmp_path, nodes=3, brokers=3) as cluster:
@@ -95,6 +96,10 @@ class KbrokerCluster:
         #: voter, ``(from node, to voter) -> proxy``; each node reaches the other voters through them only
         self.link_proxies = link_proxies
         self.links: dict[tuple[int, int], Any] = {}
+        #: with ``link_proxies``: ``(from broker, to broker) -> proxy`` for broker-to-broker traffic (replica fetches)
+        self.replication_links: dict[tuple[int, int], Any] = {}
+        self._replication_ports: dict[tuple[int, int], int] = {}
+        self._proxy_ports: dict[tuple[int, int], int] = {}
         voters = ",".join(f"{i}@{host}:{p}" for i, p in self.controller_ports.items())
         common = {"controller.listener.names": "CONTROLLER", "controller.quorum.voters": voters,
                   "cluster.id": self.cluster_id}
@@ -229,6 +234,8 @@ class KbrokerCluster:
         it. Returns the running process once every running broker lists it."""
         if node_id in self.nodes:
             raise ValueError(f"node {node_id} exists")
+        if self.link_proxies:
+            raise ValueError("add_broker does not set up link proxies for the new broker")
         port = free_port(self.host)
         props = {"process.roles": "broker", "listeners": f"PLAINTEXT://{self.host}:{port}",
                  "advertised.listeners": f"PLAINTEXT://{self.host}:{port}", **self._common}
@@ -268,9 +275,10 @@ class KbrokerCluster:
         for i in order:
             if self.nodes[i].is_running():
                 self.nodes[i].stop()
-        for proxy in self.links.values():
+        for proxy in [*self.links.values(), *self.replication_links.values()]:
             proxy.stop()
         self.links.clear()
+        self.replication_links.clear()
 
     # ---- network faults (``link_proxies=True``)
     def _start_links(self) -> None:
@@ -284,9 +292,40 @@ class KbrokerCluster:
                 f"{j}@{self.host}:{self.controller_ports[j] if j == i else self.links[(i, j)].port}"
                 for j in self.controller_ids)
             self.nodes[i].overrides["controller.quorum.voters"] = voters
+        self._start_replication_links()
+
+    def _start_replication_links(self) -> None:
+        """Broker-to-broker traffic (replica fetches, transaction verification) through a proxy per direction of each
+        link as well: every broker ``m`` gets one more listener per broker ``k``, ``FROM<k>``, advertised at the
+        proxy that carries ``k``'s connections to ``m`` (``m``'s own is direct), and uses ``FROM<m>`` as its
+        ``inter.broker.listener.name`` (Kafka lets each broker name its own, as long as every broker has it)."""
+        from kbroker.testing.proxy import TcpProxy
+
+        brokers = [b for b in self.broker_ids]
+        if len(brokers) < 2:
+            return
+        if not self._replication_ports:
+            self._replication_ports = {(m, k): free_port(self.host) for m in brokers for k in brokers}
+            self._proxy_ports = {(k, m): free_port(self.host) for m in brokers for k in brokers if k != m}
+            protocols = ",".join(f"FROM{k}:PLAINTEXT" for k in brokers)
+            for m in brokers:
+                node = self.nodes[m]
+                node.overrides["listeners"] += "".join(
+                    f",FROM{k}://{self.host}:{self._replication_ports[(m, k)]}" for k in brokers)
+                node.overrides["advertised.listeners"] += "".join(
+                    f",FROM{k}://{self.host}:"
+                    f"{self._replication_ports[(m, k)] if k == m else self._proxy_ports[(k, m)]}" for k in brokers)
+                node.overrides["inter.broker.listener.name"] = f"FROM{m}"
+                node.overrides["listener.security.protocol.map"] = (
+                    "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT," + protocols)
+        for (k, m), port in self._proxy_ports.items():
+            if (k, m) not in self.replication_links:
+                self.replication_links[(k, m)] = TcpProxy(self.host, self._replication_ports[(m, k)],
+                                                          listen_host=self.host, listen_port=port).start()
 
     def _links_of(self, a: int, b: int) -> list[Any]:
-        return [p for key, p in self.links.items() if key in ((a, b), (b, a))]
+        return [p for links in (self.links, self.replication_links) for key, p in links.items()
+                if key in ((a, b), (b, a))]
 
     def partition(self, a: int, b: int) -> None:
         """Silence the links between nodes ``a`` and ``b`` (both directions; TCP sees no reset) until :meth:`heal`."""
@@ -301,7 +340,7 @@ class KbrokerCluster:
 
     def heal(self) -> None:
         """Undo every :meth:`partition` / :meth:`isolate`."""
-        for p in self.links.values():
+        for p in [*self.links.values(), *self.replication_links.values()]:
             p.heal()
 
     def __enter__(self) -> KbrokerCluster:
