@@ -9,13 +9,16 @@ everything back with a confluent-kafka consumer:
   follower serves every record: its ``kbroker_fetch_follower_bytesout_total`` for the topic covers all of them, the
   leader's ``kafka_server_brokertopicmetrics_bytesout_total`` stays 0 and its
   ``kbroker_fetch_preferred_read_replica_total`` counts the redirect;
-* no ``client.rack``, or a rack no broker is in: the leader serves everything, no follower serves anything.
+* no ``client.rack``, or a rack no broker is in: the leader serves everything, no follower serves anything;
+* the Java client (kafka-clients 4.3.0, ``compat_tests/java/KafkaDriver.java``) with ``client.rack`` = a follower's
+  rack: the same as confluent-kafka.
 
 Metadata names every broker's rack.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 import time
 import urllib.request
@@ -83,7 +86,16 @@ def _consume(cluster, topic: str, rack: str | None) -> list[bytes]:
     return got
 
 
-def _scenario(cluster, topic: str, rack_of) -> tuple[int, dict[str, dict[int, float]], int]:
+def _java_consume(java_driver):
+    def consume(cluster, topic: str, rack: str | None) -> list[bytes]:
+        props = ["--prop", f"client.rack={rack}"] if rack is not None else []
+        events = java_driver.run(["consume", "--bootstrap", cluster.bootstrap, "--topic", topic, "--partitions", "0",
+                                  "--expect", str(N), "--timeout-ms", "60000", *props], timeout=120)
+        return [base64.b64decode(e["value"]) for e in events if e.get("event") == "record"]
+    return consume
+
+
+def _scenario(cluster, topic: str, rack_of, consume=_consume) -> tuple[int, dict[str, dict[int, float]], int]:
     """Create ``topic``, produce, consume with ``client.rack`` = ``rack_of(leader, followers)``; returns the
     leader, every node's counters for the topic and the value bytes written."""
     admin = Admin(cluster)
@@ -92,7 +104,7 @@ def _scenario(cluster, topic: str, rack_of) -> tuple[int, dict[str, dict[int, fl
     followers = [i for i in cluster.broker_ids if i != leader]
     written = _produce(cluster, topic)
     admin.wait_isr(3, 30, topic)
-    got = _consume(cluster, topic, rack_of(leader, followers))
+    got = consume(cluster, topic, rack_of(leader, followers))
     assert got == [b"value-%05d-" % i + b"x" * 100 for i in range(N)]
     names = ("kbroker_fetch_follower_bytesout_total", "kafka_server_brokertopicmetrics_bytesout_total",
              "kbroker_fetch_preferred_read_replica_total")
@@ -106,21 +118,23 @@ def test_metadata_names_every_broker_rack(cluster):
     assert {b.node_id: b.rack for b in resp.brokers} == {1: "rack-1", 2: "rack-2", 3: "rack-3"}
 
 
-def test_consumer_in_a_follower_rack_reads_from_that_follower(cluster):
+@pytest.mark.parametrize("client", ["confluent", "java"])
+def test_consumer_in_a_follower_rack_reads_from_that_follower(cluster, client, request):
     chosen = {}
 
     def rack_of(leader, followers):
-        chosen["follower"] = followers[0]
-        return f"rack-{followers[0]}"
+        chosen["follower"] = followers[-1]
+        return f"rack-{followers[-1]}"
 
-    leader, counters, written = _scenario(cluster, "kip392-follower", rack_of)
+    consume = _java_consume(request.getfixturevalue("java_driver")) if client == "java" else _consume
+    leader, counters, written = _scenario(cluster, f"kip392-follower-{client}", rack_of, consume)
     follower = chosen["follower"]
     served = counters["kbroker_fetch_follower_bytesout_total"]
     assert served[follower] >= written  # every record came from the follower (batch overhead on top)
     assert all(served[i] == 0 for i in served if i != follower)
     assert counters["kafka_server_brokertopicmetrics_bytesout_total"][leader] == 0
     assert counters["kbroker_fetch_preferred_read_replica_total"][leader] >= 1
-    print(f"leader {leader}; follower {follower} (rack-{follower}) served {served[follower]:.0f} bytes "
+    print(f"{client}: leader {leader}; follower {follower} (rack-{follower}) served {served[follower]:.0f} bytes "
           f"({written} value bytes), leader redirects: "
           f"{counters['kbroker_fetch_preferred_read_replica_total'][leader]:.0f}")
 
