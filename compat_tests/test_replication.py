@@ -17,7 +17,8 @@ killed leader's partitions move to an in-sync follower without losing an acknowl
 * Three controllers and three brokers (long broker session timeout, so only the leaders' AlterPartition changes
   the ISR): a SIGSTOPped follower leaves the ISR after ``replica.lag.time.max.ms`` and acks=all goes on; after
   SIGCONT it comes back; with two followers stopped the ISR is the leader alone and an acks=all Produce is
-  NOT_ENOUGH_REPLICAS while acks=1 is accepted; a follower Fetch-ed by a consumer answers NOT_LEADER_OR_FOLLOWER;
+  NOT_ENOUGH_REPLICAS while acks=1 is accepted; a follower Fetch-ed by a consumer with Fetch v4 (before KIP-392's
+  v11) answers NOT_LEADER_OR_FOLLOWER;
   a broker restarted with an empty data directory copies everything from the leaders and rejoins the ISR.
 """
 
@@ -133,7 +134,7 @@ def test_isr_shrinks_and_expands_with_alter_partition(tmp_path):
         wait_until(lambda: produce_raw(-1, b"after")[0] == ErrorCode.NONE, 30, "acks=all accepted again")
         admin.wait_isr(3, 30, what="the resumed followers back in the ISR")
         took = time.monotonic() - resumed
-        # consumers read from the leader only (no KIP-392 yet): a follower says NOT_LEADER_OR_FOLLOWER
+        # a consumer's Fetch before v11 (KIP-392 needs v11+): a follower says NOT_LEADER_OR_FOLLOWER
         f = cluster.nodes[followers[0]]
         conn = KafkaConnection(f.host, f.port)
         try:

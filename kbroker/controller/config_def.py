@@ -101,7 +101,9 @@ _STATIC: list[tuple] = [
      "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL", MEDIUM,
      "The security protocol of each listener name (kbroker serves PLAINTEXT only).", None, True),
     ("inter.broker.listener.name", "string", "PLAINTEXT", MEDIUM, "The listener other brokers use.", None, False),
-    ("broker.rack", "string", "", MEDIUM, "The rack of this broker, for rack-aware replica placement.", None, True),
+    ("broker.rack", "string", "", MEDIUM,
+     "The rack of this broker, for rack-aware replica placement and consumers' closest replica (KIP-392).", None,
+     True),
     ("log.dirs", "list", "", HIGH, "The directories that hold partition logs (comma-separated).", None, True),
     ("log.dir", "string", "/tmp/kafka-logs", HIGH, "The log directory when log.dirs is not set.", None, True),
     ("metadata.log.dir", "string", "", HIGH,
@@ -169,6 +171,11 @@ _STATIC: list[tuple] = [
     ("replica.lag.time.max.ms", "long", "30000", HIGH,
      "A follower that has not caught up with the leader for this long leaves the ISR (AlterPartition).",
      (1, None, None), True),
+    ("replica.selector.class", "string", "", MEDIUM,
+     "Which replica consumers with a client.rack are sent to (KIP-392): empty, the leader only; "
+     "org.apache.kafka.common.replica.RackAwareReplicaSelector, an in-sync replica in the consumer's rack "
+     "(docs/cluster.md). Other class names are refused.",
+     (None, None, ("org.apache.kafka.common.replica.RackAwareReplicaSelector",)), True),
     ("replication.quota.window.num", "int", "11", LOW,
      "Samples the replication throttles' byte rates keep (KIP-73; kbroker/server/replication_quota.py).",
      (1, None, None), True),

@@ -9,6 +9,10 @@ Counters, updated once per request (never per record):
   header's record count);
 * ``kafka_server_brokertopicmetrics_bytesin_total{topic}`` / ``..._bytesout_total{topic}``: record bytes
   accepted by Produce / returned by Fetch;
+* ``kbroker_fetch_follower_bytesout_total{topic}``: of those, the bytes this broker returned to consumers as a
+  follower of the partition (KIP-392); ``kbroker_fetch_preferred_read_replica_total{topic}``: partitions of
+  consumers' fetches this leader answered with another preferred read replica (kbroker's own names: Kafka has no
+  such meters);
 * ``kafka_network_requestmetrics_requests_total{request,version}``: requests per API and version;
 * ``kafka_network_requestmetrics_totaltimems{request}``: histogram of request time in milliseconds, from the
   frame's arrival at the handler to its response being ready (long-polling fetches included, as in Kafka).
@@ -138,6 +142,12 @@ class BrokerMetrics:
                                 ["topic"], registry=r)
         self.bytes_out = Counter("kafka_server_brokertopicmetrics_bytesout", "Record bytes returned by Fetch",
                                  ["topic"], registry=r)
+        self.follower_bytes_out = Counter("kbroker_fetch_follower_bytesout",
+                                          "Record bytes returned to consumers as a follower (KIP-392)", ["topic"],
+                                          registry=r)
+        self.redirects = Counter("kbroker_fetch_preferred_read_replica",
+                                 "Consumer fetch partitions answered with another preferred read replica (KIP-392)",
+                                 ["topic"], registry=r)
         self.requests = Counter("kafka_network_requestmetrics_requests", "Requests per API and version",
                                 ["request", "version"], registry=r)
         self.request_time = Histogram("kafka_network_requestmetrics_totaltimems", "Request time in milliseconds",
@@ -191,23 +201,36 @@ class BrokerMetrics:
                     self.messages_in.labels(name).inc(_RECORDS_COUNT.unpack_from(records, 57)[0])
 
     def _after_fetch(self, ctx: Any, request: Any, response: Any) -> None:
-        if response is None or getattr(request, "replica_id", -1) >= 0:
+        if response is None:
+            return
+        replica_id = request.replica_state.replica_id if ctx.api_version >= 15 else request.replica_id
+        if replica_id >= 0:  # a follower's fetch (ReplicaState from v15) is replication, not bytes out
             return
         image = self.broker.controller.image
+        partitions = self.broker.replica_manager.partitions
+        node_id = self.broker.node_id
         for t in response.responses:
-            total = 0
+            total = follower_total = redirects = 0
+            name = t.topic
+            if not name and t.topic_id:
+                topic = image.topics_by_id.get(t.topic_id)
+                name = topic.name if topic is not None else ""
             for p in t.partitions:
                 records = p.records
-                if isinstance(records, list):
-                    total += sum(len(r) for r in records)
-                elif records:
-                    total += len(records)
+                size = sum(len(r) for r in records) if isinstance(records, list) else len(records or b"")
+                total += size
+                if p.preferred_read_replica >= 0:
+                    redirects += 1
+                if size:
+                    part = partitions.get((name, p.partition_index))
+                    if part is not None and part.leader != node_id:
+                        follower_total += size
             if total:
-                name = t.topic
-                if not name and t.topic_id:
-                    topic = image.topics_by_id.get(t.topic_id)
-                    name = topic.name if topic is not None else ""
                 self.bytes_out.labels(name).inc(total)
+            if follower_total:
+                self.follower_bytes_out.labels(name).inc(follower_total)
+            if redirects:
+                self.redirects.labels(name).inc(redirects)
 
     # ---- endpoint ----
     def render(self) -> bytes:

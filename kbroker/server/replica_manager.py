@@ -47,6 +47,8 @@ class FollowerState:
 
     #: the follower's log end offset: the fetch offset of its last Fetch (-1: unknown since this leadership began)
     log_end_offset: int = -1
+    #: the follower's log start offset as its last Fetch said (-1: unknown); KIP-392 reads need it
+    log_start_offset: int = -1
     last_fetch_ms: int = 0
     #: the leader's log end offset when the follower last fetched
     last_fetch_leader_log_end_offset: int = -1
@@ -149,9 +151,11 @@ class Partition:
             return self.isr
         return self.isr + [r for r in self.pending_isr if r not in self.isr]
 
-    def update_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+    def update_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int,
+                              log_start_offset: int = -1) -> None:
         """A Fetch from follower ``replica_id`` at ``fetch_offset`` (already checked against the leader's log:
-        no diverging epoch, within the log): that is its log end offset now. Moves the high watermark."""
+        no diverging epoch, within the log): that is its log end offset now (``log_start_offset``: its log start
+        offset, from the same Fetch). Moves the high watermark."""
         state = self.followers.get(replica_id)
         if state is None:
             state = self.followers[replica_id] = FollowerState()
@@ -162,6 +166,7 @@ class Partition:
             # it has everything the leader had at its previous fetch: caught up as of then
             state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
         state.log_end_offset = fetch_offset
+        state.log_start_offset = log_start_offset
         state.last_fetch_ms = now_ms
         state.last_fetch_leader_log_end_offset = leader_leo
         self.maybe_increment_high_watermark()
@@ -237,6 +242,9 @@ class ReplicaManager:
         self.fetcher_manager: Any = None
         self.alter_partition_manager: Any = None
         self.replica_lag_time_max_ms = broker.config.get_int("replica.lag.time.max.ms")
+        #: ``replica.selector.class`` (KIP-392; empty: consumers read from leaders only, see
+        #: :mod:`kbroker.server.replica_selector`)
+        self.replica_selector = broker.config.get("replica.selector.class").strip()
 
     # ---- replication ----
     def start_replication(self, fetcher_manager: Any, alter_partition_manager: Any) -> None:
@@ -448,6 +456,7 @@ class ReplicaManager:
         return part
 
     def get_leader_partition(self, topic: str, partition: int) -> Partition:
+        """The partition if this broker leads it, else KafkaError (NOT_LEADER_OR_FOLLOWER, as get_partition)."""
         part = self.get_partition(topic, partition)
         if part.leader != self.broker.node_id:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)

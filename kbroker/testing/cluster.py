@@ -74,11 +74,13 @@ class ControllerProcess(KbrokerProcess):
 
 class KbrokerCluster:
     """``nodes`` voters with ids 1..nodes (combined nodes, or controllers only when ``brokers`` > 0) and
-    ``brokers`` broker-only nodes with ids nodes+1..nodes+brokers; see the module docstring."""
+    ``brokers`` broker-only nodes with ids nodes+1..nodes+brokers; see the module docstring. ``overrides`` go to
+    every node, ``node_overrides`` (node id -> properties) to one node each."""
 
     def __init__(self, root: str | os.PathLike[str], nodes: int = 3, overrides: Mapping[str, Any] | None = None,
                  host: str = "127.0.0.1", start_timeout: float = 90.0, brokers: int = 0,
-                 link_proxies: bool = False, dynamic_quorum: bool = False) -> None:
+                 link_proxies: bool = False, dynamic_quorum: bool = False,
+                 node_overrides: Mapping[int, Mapping[str, Any]] | None = None) -> None:
         if dynamic_quorum and (not brokers or link_proxies):
             raise ValueError("dynamic_quorum needs separate brokers and no link proxies")
         self.dynamic_quorum = dynamic_quorum
@@ -109,25 +111,28 @@ class KbrokerCluster:
                                                                       for p in self.controller_ports.values())}
         extra = {str(k): str(v) for k, v in (overrides or {}).items()}
         self._common = {**common, **extra}
+        #: node id -> properties of that node only (``node_overrides``, e.g. ``broker.rack``), over ``overrides``
+        own = {i: {str(k): str(v) for k, v in props.items()} for i, props in (node_overrides or {}).items()}
         self.nodes: dict[int, KbrokerProcess] = {}
         for i in ids:
             if brokers:
                 self.nodes[i] = ControllerProcess(self.root / f"controller{i}", port=self.controller_ports[i],
-                                                  node_id=i, overrides={**common, **extra}, host=host,
+                                                  node_id=i, overrides={**common, **extra, **own.get(i, {})},
+                                                  host=host,
                                                   start_timeout=start_timeout)
                 continue
             port = free_port(host)
             props = {
                 "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{self.controller_ports[i]}",
                 "advertised.listeners": f"PLAINTEXT://{host}:{port}",
-                **common, **extra,
+                **common, **extra, **own.get(i, {}),
             }
             self.nodes[i] = KbrokerProcess(self.root / f"node{i}", port=port, node_id=i, overrides=props,
                                            host=host, start_timeout=start_timeout)
         for i in self.broker_ids if brokers else ():
             port = free_port(host)
             props = {"process.roles": "broker", "listeners": f"PLAINTEXT://{host}:{port}",
-                     "advertised.listeners": f"PLAINTEXT://{host}:{port}", **common, **extra}
+                     "advertised.listeners": f"PLAINTEXT://{host}:{port}", **common, **extra, **own.get(i, {})}
             self.nodes[i] = KbrokerProcess(self.root / f"broker{i}", port=port, node_id=i, overrides=props,
                                            host=host, start_timeout=start_timeout)
 

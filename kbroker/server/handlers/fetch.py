@@ -27,6 +27,13 @@ Behavior:
   partitions counts against that rate (for in-sync followers too, as in Kafka). A follower's long poll is read
   again once the rate allows (the quota's throttle time), not only on appends or at ``max_wait_ms`` as in Kafka
   (whose throttled catch-up then moves in steps of ``replica.fetch.wait.max.ms``);
+* fetching from the closest replica (KIP-392, Fetch v11+): a follower serves consumers as the leader does, up to
+  its own high watermark (read_committed: its last stable offset), which its replica fetcher advances (waking long
+  polls); the CurrentLeaderEpoch is checked against its own leader epoch; an offset between its high watermark
+  and its log end offset gets no records, one outside its log OFFSET_OUT_OF_RANGE (the consumer then asks the
+  leader). Before v11 a follower answers NOT_LEADER_OR_FOLLOWER. With ``replica.selector.class`` set, a leader
+  answers a consumer's partition whose ``RackId`` another in-sync replica suits better
+  (:mod:`kbroker.server.replica_selector`) with ``PreferredReadReplica``, its offsets and no records, at once;
 Version notes:
 * v9: CurrentLeaderEpoch checks (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH); v13+: topic ids
   (UNKNOWN_TOPIC_ID); v15: ReplicaState; v18: HighWatermark tag (used by replication later).
@@ -104,7 +111,7 @@ def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, re
     budget = request.max_bytes if version >= 3 else 2**31 - 1
     total = 0
     throttled_bytes = 0
-    had_error = False
+    had_error = False  # or a consumer sent to a preferred read replica: answered at once either way (as Kafka)
     parts = []
     read_committed = request.isolation_level == READ_COMMITTED and replica_id < 0
     now_ms = int(time.time() * 1000)
@@ -126,8 +133,15 @@ def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, re
             try:
                 if topic_error:
                     raise KafkaError(topic_error)
-                part = rm.get_leader_partition(topic.name, fp.partition)
+                if replica_id < 0 and version >= 11:  # KIP-392: a consumer may read from a follower
+                    part = rm.get_partition(topic.name, fp.partition)
+                else:
+                    part = rm.get_leader_partition(topic.name, fp.partition)
                 part.check_leader_epoch(fp.current_leader_epoch)
+                if replica_id < 0 and version >= 11 and request.rack_id and _redirect(ctx, part, fp, pd,
+                                                                                     request.rack_id, now_ms):
+                    had_error = True
+                    continue
                 if replica_id >= 0:
                     if not follower_position(rm, part, replica_id, fp, pd, version, now_ms, record):
                         continue  # diverging: the follower truncates first
@@ -163,6 +177,25 @@ def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, re
     return resp, (-1 if had_error and total == 0 else total), parts, throttled_bytes
 
 
+def _redirect(ctx, part, fp, pd, client_rack: str, now_ms: int) -> bool:
+    """KIP-392 on the leader: True (and ``pd`` holds the preferred read replica, the offsets and no records) when
+    ``replica.selector.class`` picks another replica for this consumer's rack."""
+    if not part.is_leader:
+        return False
+    from kbroker.server.replica_selector import preferred_read_replica
+
+    broker = ctx.broker
+    chosen = preferred_read_replica(broker.replica_manager.replica_selector, part, client_rack, fp.fetch_offset,
+                                    broker.controller.image, ctx.listener_name, now_ms)
+    if chosen < 0:
+        return False
+    pd.preferred_read_replica = chosen
+    pd.high_watermark = part.high_watermark
+    pd.last_stable_offset = part.last_stable_offset
+    pd.log_start_offset = part.log_start_offset
+    return True
+
+
 def follower_position(rm, part, replica_id: int, fp, pd, version: int, now_ms: int, record: bool = True) -> bool:
     """A follower's fetch position: check it against the leader's log and (``record``) record it, moving the high
     watermark and maybe expanding the ISR. False (and ``pd.diverging_epoch`` set) when the follower's log
@@ -184,6 +217,6 @@ def follower_position(rm, part, replica_id: int, fp, pd, version: int, now_ms: i
         raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
                          f"fetch offset {fp.fetch_offset} is outside {log.log_start_offset}..{log.log_end_offset}")
     if record:
-        part.update_follower_fetch(replica_id, fp.fetch_offset, now_ms)
+        part.update_follower_fetch(replica_id, fp.fetch_offset, now_ms, fp.log_start_offset)
         rm.maybe_expand_isr(part, replica_id)
     return True
