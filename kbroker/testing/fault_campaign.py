@@ -10,7 +10,11 @@ another:
 * ``pause``: SIGSTOP a broker for 0.2-1.5 s, then SIGCONT (a follower stopped beyond
   ``replica.lag.time.max.ms`` leaves the ISR and comes back; a leader only delays its answers);
 * ``wipe``: SIGKILL a broker, delete its data directories, restart it (it rebuilds every replica from the
-  leaders).
+  leaders);
+* ``cut-leader``: cut a broker leading a partition off from the controllers and the other brokers for 0.5-4 s
+  (every link between nodes goes through a proxy, ``link_proxies=True``; its clients still reach it), then heal:
+  beyond ``broker.session.timeout.ms`` it is fenced and its partitions move, and whatever it appended alone
+  meanwhile was never acknowledged (acks=all) and is truncated when it follows again.
 
 After each fault the campaign waits until every broker is back, every ISR is full again and every partition has
 acknowledged new records. At the end everything acknowledged is read back and checked with
@@ -205,8 +209,8 @@ def read_back(bootstrap: str, h: History, topic: str = TOPIC, isolation: str = "
 #: a leader drops a follower not caught up for 1 s
 CAMPAIGN_OVERRIDES = {"broker.session.timeout.ms": 1500, "broker.heartbeat.interval.ms": 200,
                       "replica.lag.time.max.ms": 1000, "replica.fetch.backoff.ms": 200}
-FAULT_KINDS = ("kill-leader", "kill-follower", "pause", "wipe")
-FAULT_WEIGHTS = (4, 3, 6, 1)
+FAULT_KINDS = ("kill-leader", "kill-follower", "pause", "wipe", "cut-leader")
+FAULT_WEIGHTS = (4, 3, 6, 1, 3)
 
 
 @dataclass
@@ -242,7 +246,7 @@ def run_campaign(root: Path, faults: int, seed: int, log: Any = None) -> Campaig
     rng = random.Random(seed)
     out = CampaignResult()
     say = log or (lambda msg: None)
-    cluster = KbrokerCluster(root, nodes=3, brokers=3, overrides=CAMPAIGN_OVERRIDES)
+    cluster = KbrokerCluster(root, nodes=3, brokers=3, overrides=CAMPAIGN_OVERRIDES, link_proxies=True)
     with cluster:
         admin = Admin(cluster)
         create_topic(admin)
@@ -253,8 +257,8 @@ def run_campaign(root: Path, faults: int, seed: int, log: Any = None) -> Campaig
             for i in range(faults):
                 kind = rng.choices(FAULT_KINDS, FAULT_WEIGHTS)[0]
                 leaders, followers = _broker_roles(admin)
-                pool = sorted(leaders if kind == "kill-leader" else followers if kind == "kill-follower"
-                              else cluster.broker_ids)
+                pool = sorted(leaders if kind in ("kill-leader", "cut-leader") else
+                              followers if kind == "kill-follower" else cluster.broker_ids)
                 if not pool:
                     pool = sorted(cluster.broker_ids)
                 victim = rng.choice(pool)
@@ -265,6 +269,12 @@ def run_campaign(root: Path, faults: int, seed: int, log: Any = None) -> Campaig
                     cluster.pause(victim)
                     time.sleep(rng.uniform(0.2, 1.5))
                     cluster.resume(victim)
+                elif kind == "cut-leader":
+                    # cut off from the controllers and the other brokers (its clients still reach it), for less
+                    # or more than the session timeout: a blip, or a fenced leader whose partitions move
+                    cluster.isolate(victim)
+                    time.sleep(rng.uniform(0.5, 4.0))
+                    cluster.heal()
                 else:
                     cluster.kill(victim)
                     time.sleep(rng.uniform(0.0, 1.0))
