@@ -74,6 +74,11 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
+def spread(seconds: list[float]) -> str:
+    return (f"p50 {statistics.median(seconds):.2f} s, p99 {pct(seconds, 0.99):.2f} s, max {max(seconds):.2f} s, "
+            f"min {min(seconds):.2f} s" if seconds else "none")
+
+
 def load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -270,7 +275,7 @@ def failover(args: argparse.Namespace, root: str) -> None:
         f"{args.session_timeout_ms}, broker.heartbeat.interval.ms={args.heartbeat_interval_ms}; {load()}")
     times: list[float] = []
     moved: list[float] = []
-    controller_kills = 0
+    of_controller: list[bool] = []
     started = time.monotonic()
     with new_cluster(root, overrides) as cluster:
         admin = Admin(cluster)
@@ -285,7 +290,6 @@ def failover(args: argparse.Namespace, root: str) -> None:
                     break
                 victim = admin.state()[0][0]
                 was_controller = victim == cluster.controller_id(timeout=30)
-                controller_kills += was_controller
                 admin.down.add(victim)
                 t0 = time.monotonic()
                 cluster.kill(victim)
@@ -305,6 +309,7 @@ def failover(args: argparse.Namespace, root: str) -> None:
                 first = marks[0]
                 took = first - t0
                 times.append(took)
+                of_controller.append(was_controller)
                 if leader_at is not None:
                     moved.append(min(leader_at, first) - t0)
                 say(f"kill {k + 1}: node {victim}{' (active controller)' if was_controller else ''}, new leader "
@@ -318,10 +323,11 @@ def failover(args: argparse.Namespace, root: str) -> None:
         read = read_back(cluster.bootstrap, h)
         report = h.check()
     limit = args.session_timeout_ms / 1000 + 1
-    say(f"{len(times)} kills ({controller_kills} of the active controller too): first acknowledgement after the "
-        f"kill p50 {statistics.median(times):.2f} s, p99 {pct(times, 0.99):.2f} s, max {max(times):.2f} s, "
-        f"min {min(times):.2f} s (target p99 <= {limit:.1f} s); leader moved (Metadata) p50 "
-        f"{statistics.median(moved) if moved else float('nan'):.2f} s")
+    say(f"{len(times)} kills: first acknowledgement after the kill {spread(times)} (target p99 <= {limit:.1f} s); "
+        f"new leader in Metadata {spread(moved)}")
+    for label, flag in (("the victim was also the active controller", True), ("it was not", False)):
+        some = [t for t, c in zip(times, of_controller) if c == flag]
+        say(f"  {len(some)} kills where {label}: {spread(some)}")
     say(f"acknowledged {report.acknowledged}, read back {read}, lost {len(report.lost)}, duplicated "
         f"{len(report.duplicated)}; {time.monotonic() - started:.0f} s; {load()}")
 
