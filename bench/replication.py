@@ -93,6 +93,13 @@ def make_topic(admin: Admin, name: str, partitions: int, rf: int, min_isr: int,
     admin.wait_isr(rf, 60, name)
 
 
+def delete_topic(admin: Admin, cluster: KbrokerCluster, name: str) -> None:
+    """Delete ``name`` and wait until no node has its partition directories any more."""
+    admin.client().delete_topics([name])[name].result(60)
+    wait_for(lambda: not any(any(n.log_dirs.glob(f"{name}-*")) for n in cluster.nodes.values()), 60,
+             f"the directories of {name} removed")
+
+
 def produce_bulk(bootstrap: str, topic: str, mb: int, size: int = RECORD) -> dict[str, float]:
     """``mb`` MB of ``size``-byte records (incompressible, key-less), idempotent, acks=all, ``linger.ms=5``,
     ``batch.size=1 MiB``; timed from the first ``produce()`` to the end of ``flush()``."""
@@ -160,6 +167,8 @@ def throughput(args: argparse.Namespace, root: str) -> None:
             results[rf].append((r["MB/s"], per_gb))
             say(f"  RF {rf}: {r['bytes'] / 1e6:.0f} MB in {r['seconds']:.1f} s = {r['MB/s']:.1f} MB/s; brokers' CPU "
                 f"{cpu:.1f} s = {per_gb:.2f} s per GB written")
+            if not args.keep:
+                delete_topic(admin, cluster, name)
     for rf in (3, 1):
         mbs = [x for x, _ in results[rf]]
         cpus = [y for _, y in results[rf]]
@@ -214,7 +223,7 @@ def latency(args: argparse.Namespace, root: str) -> None:
         pad = b"x" * (args.size - 8)
         interval = 1e9 / args.rate
         start = time.perf_counter_ns()
-        i = 0
+        i = in_window = 0
         while True:
             now = time.perf_counter_ns()
             if now >= measure_to:
@@ -224,12 +233,13 @@ def latency(args: argparse.Namespace, root: str) -> None:
                 wait = (due - now) / 1e9
                 producer.poll(wait) if wait >= 0.001 else time.sleep(wait)
                 continue
-            producer.produce(topic, time.perf_counter_ns().to_bytes(8, "big") + pad, partition=i % args.partitions,
+            sent = time.perf_counter_ns()
+            producer.produce(topic, sent.to_bytes(8, "big") + pad, partition=i % args.partitions,
                              on_delivery=delivered)
             producer.poll(0)
             i += 1
+            in_window += measure_from <= sent < measure_to
         producer.flush(30)
-        expected = sum(1 for k in range(i) if measure_from <= start + k * interval < measure_to)
         try:
             wait_for(lambda: len(end_to_end) >= len(acked), 30, "the consumer to read what was acknowledged")
         except TimeoutError as exc:
@@ -239,8 +249,8 @@ def latency(args: argparse.Namespace, root: str) -> None:
         consumer.close()
     if errors:
         say(f"  {len(errors)} delivery errors, first: {errors[0]}")
-    say(f"sent {i} records ({expected} in the measured window), acknowledged in the window {len(acked)}, "
-        f"read {len(end_to_end)}")
+    say(f"sent {i} records ({in_window} in the measured window), acknowledged of these {len(acked)}, "
+        f"read of these {len(end_to_end)}")
     say(f"end-to-end: p50 {pct(end_to_end, 0.5):.2f} ms, p99 {pct(end_to_end, 0.99):.2f} ms, "
         f"max {max(end_to_end):.2f} ms")
     say(f"acknowledgement (acks=all): p50 {pct(acked, 0.5):.2f} ms, p99 {pct(acked, 0.99):.2f} ms, "
@@ -408,6 +418,10 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("throughput", help="MB/s and broker CPU per GB with RF 3 and RF 1")
     t.add_argument("--mb", type=int, default=200, help="MB per run (default 200)")
     t.add_argument("--partitions", type=int, default=3, help="partitions of each topic (default 3)")
+    t.add_argument("--keep", action="store_true",
+                   help="keep each run's topic (by default it is deleted before the next run: on this project's VM "
+                        "the kernel's cost per GB written grows several-fold once a few GB of fresh memory are in "
+                        "use, which would charge later runs more than earlier ones)")
     t.add_argument("--rounds", type=int, default=3,
                    help="runs of each RF, in ABBA order: RF 3, RF 1, RF 1, RF 3, ... (default 3)")
 
