@@ -347,6 +347,48 @@ def partition_bytes(log_dirs: Path, topic: str) -> int:
     return sum(f.stat().st_size for f in log_dirs.glob(f"{topic}-*/*.log"))
 
 
+class CatchupSampler:
+    """Every 50 ms, in a thread: when node ``victim`` is listed by node ``other`` (registered), when its log
+    directories first hold data of ``topic`` and when they hold ``size`` bytes of it."""
+
+    def __init__(self, cluster: KbrokerCluster, victim: int, other: int, topic: str, size: int,
+                 deadline: float) -> None:
+        self.registered: float | None = None
+        self.first_data: float | None = None
+        self.all_data: float | None = None
+        self._args = (cluster, victim, other, topic, size, deadline)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> CatchupSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        cluster, victim, other, topic, size, deadline = self._args
+        while not self._stop.is_set() and time.monotonic() < deadline and self.all_data is None:
+            now = time.monotonic()
+            if self.registered is None:
+                try:
+                    if victim in metadata_brokers(cluster.host, cluster.nodes[other].port):
+                        self.registered = now
+                except (OSError, ValueError):
+                    pass
+            try:
+                held = partition_bytes(cluster.nodes[victim].log_dirs, topic)
+            except OSError:  # a file went away while listed (truncation, the directory made)
+                held = 0
+            if held and self.first_data is None:
+                self.first_data = now
+            if held >= size:
+                self.all_data = now
+            self._stop.wait(0.05)
+
+
 def catchup(args: argparse.Namespace, root: str) -> None:
     say(f"catchup: {args.mb} MB of {RECORD} B records on an RF 3 topic of {args.partitions} partitions; kill a "
         f"follower, wipe it, restart, until it is in every ISR again; broker.session.timeout.ms="
@@ -373,22 +415,22 @@ def catchup(args: argparse.Namespace, root: str) -> None:
             shutil.rmtree(cluster.nodes[victim].log_dirs)
             cpu0 = sum(cpu_seconds(cluster.nodes[i].pid) for i in others)
             t0 = time.monotonic()
+            seen = CatchupSampler(cluster, victim, others[0], topic, copied, t0 + args.timeout).start()
             cluster.nodes[victim].start()
             t_up = time.monotonic()
-            admin.down.discard(victim)
-            wait_for(lambda: victim in metadata_brokers(cluster.host, cluster.nodes[others[0]].port),
-                     args.timeout, f"node {victim} registered")
-            t_registered = time.monotonic()
             wait_for(lambda: all(victim in isr for _, isr in admin.state(topic).values()), args.timeout,
                      f"node {victim} in every ISR of {topic}")
             t_isr = time.monotonic()
+            admin.down.discard(victim)
+            seen.stop()
             cpu = sum(cpu_seconds(cluster.nodes[i].pid) for i in others) + cpu_seconds(cluster.nodes[victim].pid) - cpu0
-            total, copy = t_isr - t0, t_isr - t_registered
+            first, done = seen.first_data or t_isr, seen.all_data or t_isr
             say(f"run {run + 1}: node {victim} fenced {fenced:.1f} s after the kill; restarted with an empty "
-                f"directory: serving clients after {t_up - t0:.1f} s, registered after {t_registered - t0:.1f} s, "
-                f"in every ISR after {total:.1f} s; {copied / 1e6:.0f} MB of partition data: "
-                f"{copied / total / 1e6:.1f} MB/s from the restart, {copied / copy / 1e6:.1f} MB/s from the "
-                f"registration; brokers' CPU {cpu:.1f} s ({cpu / (copied / 1e9):.2f} s per GB copied)")
+                f"directory: registered after {(seen.registered or t_isr) - t0:.2f} s, serving clients after "
+                f"{t_up - t0:.2f} s, first partition data after {first - t0:.2f} s, all {copied / 1e6:.0f} MB after "
+                f"{done - t0:.2f} s, in every ISR after {t_isr - t0:.2f} s: {copied / (t_isr - t0) / 1e6:.0f} MB/s "
+                f"from the restart to the ISR, {copied / max(done - first, 1e-3) / 1e6:.0f} MB/s while copying; "
+                f"brokers' CPU {cpu:.1f} s ({cpu / (copied / 1e9):.2f} s per GB copied, start-up included)")
             copied_now = partition_bytes(cluster.nodes[victim].log_dirs, topic)
             if copied_now != copied:
                 say(f"  note: the restarted node holds {copied_now} bytes of {topic}'s segments, the leader's "
