@@ -28,6 +28,7 @@ Every wait is bounded. Not a test: nothing here asserts on speed; figures go int
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import shutil
@@ -47,6 +48,7 @@ from kbroker.testing.cluster import KbrokerCluster, metadata_brokers  # noqa: E4
 from kbroker.testing.fault_campaign import (PARTITIONS, TOPIC, Admin, Writer, create_topic,  # noqa: E402
                                             read_back)
 from kbroker.testing.history import History  # noqa: E402
+from kbroker.testing.plugin import BrokerStartError  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 RECORD = 1024
@@ -133,8 +135,24 @@ def produce_bulk(bootstrap: str, topic: str, mb: int, size: int = RECORD) -> dic
     return {"records": count, "bytes": count * size, "seconds": seconds, "MB/s": count * size / seconds / 1e6}
 
 
-def new_cluster(root: str, overrides: dict[str, Any] | None = None) -> KbrokerCluster:
-    return KbrokerCluster(root, nodes=3, overrides=overrides or {})
+@contextlib.contextmanager
+def new_cluster(root: str, overrides: dict[str, Any] | None = None) -> Iterator[KbrokerCluster]:
+    """A running 3-node cluster under ``root``, stopped afterwards. A start that fails (e.g. two nodes given the
+    same free port) stops whatever did start and is tried once more, in a fresh directory with new ports."""
+    for attempt in range(2):
+        cluster = KbrokerCluster(Path(root) / f"cluster{attempt}", nodes=3, overrides=overrides or {})
+        try:
+            cluster.start()
+            break
+        except BrokerStartError as exc:
+            cluster.stop()
+            if attempt:
+                raise
+            say(f"  the cluster did not start ({str(exc).splitlines()[0]}); once more")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
