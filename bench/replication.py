@@ -65,6 +65,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def own_cpu() -> float:
+    """utime + stime of this process (the client), in seconds."""
+    t = os.times()
+    return t.user + t.system
+
+
 def cluster_cpu(cluster: KbrokerCluster) -> float:
     """utime + stime of every running node, summed."""
     return sum(cpu_seconds(n.pid) for n in cluster.nodes.values() if n.is_running() and n.pid)
@@ -178,13 +184,14 @@ def throughput(args: argparse.Namespace, root: str) -> None:
         for i, rf in enumerate(order):
             name = f"tput-rf{rf}-{i}"
             make_topic(admin, name, args.partitions, rf, 2 if rf == 3 else 1)
-            cpu0 = cluster_cpu(cluster)
+            cpu0, mine0 = cluster_cpu(cluster), own_cpu()
             r = produce_bulk(cluster.bootstrap, name, args.mb)
-            cpu = cluster_cpu(cluster) - cpu0
+            cpu, mine = cluster_cpu(cluster) - cpu0, own_cpu() - mine0
             per_gb = cpu / (r["bytes"] / 1e9)
             results[rf].append((r["MB/s"], per_gb))
             say(f"  RF {rf}: {r['bytes'] / 1e6:.0f} MB in {r['seconds']:.1f} s = {r['MB/s']:.1f} MB/s; brokers' CPU "
-                f"{cpu:.1f} s = {per_gb:.2f} s per GB written")
+                f"{cpu:.2f} s = {per_gb:.2f} s per GB written ({cpu / r['seconds']:.2f} cores); the producer's "
+                f"process {mine:.2f} s ({mine / r['seconds']:.2f} cores)")
             if not args.keep:
                 delete_topic(admin, cluster, name)
     for rf in (3, 1):
