@@ -6,20 +6,24 @@ defaults unless a flag says otherwise) and uses confluent-kafka:
 
 * ``throughput``: ``--mb`` MB of 1 KiB records (idempotent producer, acks=all, ``linger.ms=5``,
   ``batch.size=1 MiB``) to a topic of ``--partitions`` partitions with RF 3 (``min.insync.replicas=2``) and to
-  one with RF 1 (acks=all too): MB/s, and the three brokers' CPU seconds (utime + stime from /proc/<pid>/stat,
-  summed) per GB the client wrote;
+  one with RF 1 (acks=all too), ``--rounds`` runs of each in ABBA order, each run's topic deleted before the next
+  (``--keep`` to keep them): MB/s, and the three brokers' CPU seconds (utime + stime from /proc/<pid>/stat,
+  summed) per GB the client wrote, with the brokers' and the producer process's cores;
 * ``latency``: RF 3, acks=all, a producer thread sending ``--rate`` records/s with its send time in the value, a
   consumer (read_uncommitted, assign) already polling: receive time - send time, p50/p99/max over ``--seconds``
   after ``--warmup`` seconds; and the acknowledgement latency (``produce()`` -> delivery callback) p50/p99;
 * ``failover``: under an acks=all load (:class:`~kbroker.testing.fault_campaign.Writer`, about 1,000 records/s
   over 3 partitions), kill -9 the leader of partition 0 and time until the first acknowledgement of a record
   produced to partition 0 after the kill; restart the node and wait until every ISR is full again; ``--kills``
-  times; p50/p99/max. ``broker.session.timeout.ms`` is ``--session-timeout-ms`` (Kafka's 9000 by default);
-  at the end everything acknowledged is read back and checked (nothing lost or duplicated);
+  times (or until ``--time-limit``); p50/p99/max, also apart for kills where the leader was the active controller
+  too, and when the survivors' Metadata named the new leader. ``broker.session.timeout.ms`` is
+  ``--session-timeout-ms`` (Kafka's 9000 by default); at the end everything acknowledged is read back and the
+  lost and duplicated records are counted (:class:`~kbroker.testing.history.History`);
 * ``catchup``: ``--mb`` MB on an RF 3 topic whose partitions all have one node as a follower (never the
   preferred leader; not the active controller); kill that node, wait until the controller fenced it, delete its
   data directory, restart it (it formats itself again and copies everything from the leaders) and time until it
-  is back in the ISR of every partition: MB/s of partition data copied.
+  is back in the ISR of every partition; a thread samples every 50 ms when it registered and how much of the
+  topic's data it holds: MB/s from the restart to the ISR and while copying.
 
 Usage: ``python bench/replication.py {throughput,latency,failover,catchup,all} [options]`` (``--help`` on each).
 Every wait is bounded. Not a test: nothing here asserts on speed; figures go into docs/performance.md.
