@@ -454,11 +454,13 @@ def catchup(args: argparse.Namespace, root: str) -> None:
             seen.stop()
             cpu = sum(cpu_seconds(cluster.nodes[i].pid) for i in others) + cpu_seconds(cluster.nodes[victim].pid) - cpu0
             first, done = seen.first_data or t_isr, seen.all_data or t_isr
+            rate = (f"{copied / (done - first) / 1e6:.0f} MB/s while copying" if done - first >= 0.1
+                    else "copied within two samples (too little data for a rate)")
             say(f"run {run + 1}: node {victim} fenced {fenced:.1f} s after the kill; restarted with an empty "
                 f"directory: registered after {(seen.registered or t_isr) - t0:.2f} s, serving clients after "
                 f"{t_up - t0:.2f} s, first partition data after {first - t0:.2f} s, all {copied / 1e6:.0f} MB after "
                 f"{done - t0:.2f} s, in every ISR after {t_isr - t0:.2f} s: {copied / (t_isr - t0) / 1e6:.0f} MB/s "
-                f"from the restart to the ISR, {copied / max(done - first, 1e-3) / 1e6:.0f} MB/s while copying; "
+                f"from the restart to the ISR, {rate}; "
                 f"brokers' CPU {cpu:.1f} s ({cpu / (copied / 1e9):.2f} s per GB copied, start-up included)")
             copied_now = partition_bytes(cluster.nodes[victim].log_dirs, topic)
             if copied_now != copied:
