@@ -146,11 +146,13 @@ def produce_bulk(bootstrap: str, topic: str, mb: int, size: int = RECORD) -> dic
 
 
 @contextlib.contextmanager
-def new_cluster(root: str, overrides: dict[str, Any] | None = None) -> Iterator[KbrokerCluster]:
-    """A running 3-node cluster under ``root``, stopped afterwards. A start that fails (e.g. two nodes given the
+def new_cluster(root: str, overrides: dict[str, Any] | None = None, brokers: int = 0) -> Iterator[KbrokerCluster]:
+    """A running cluster under ``root`` (3 combined nodes, or 3 controllers and ``brokers`` brokers), stopped
+    afterwards. A start that fails (e.g. two nodes given the
     same free port) stops whatever did start and is tried once more, in a fresh directory with new ports."""
     for attempt in range(2):
-        cluster = KbrokerCluster(Path(root) / f"cluster{attempt}", nodes=3, overrides=overrides or {})
+        cluster = KbrokerCluster(Path(root) / f"cluster{attempt}", nodes=3, overrides=overrides or {},
+                                 brokers=brokers)
         try:
             cluster.start()
             break
@@ -316,7 +318,7 @@ def failover(args: argparse.Namespace, root: str) -> None:
     moved: list[float] = []
     of_controller: list[bool] = []
     started = time.monotonic()
-    with new_cluster(root, overrides) as cluster:
+    with new_cluster(root, overrides, brokers=getattr(args, "brokers", 0)) as cluster:
         admin = Admin(cluster)
         create_topic(admin)
         h = History()
@@ -510,6 +512,9 @@ def main(argv: list[str] | None = None) -> int:
 
     f = sub.add_parser("failover", help="kill -9 of a partition's leader until acks=all writes resume")
     f.add_argument("--kills", type=int, default=50, help="default 50")
+    f.add_argument("--brokers", type=int, default=0,
+                   help="3 controllers and this many brokers (default 0: 3 combined nodes, where a killed leader "
+                        "is often the active controller too)")
     f.add_argument("--session-timeout-ms", type=int, default=9000,
                    help="broker.session.timeout.ms (default 9000, Kafka's)")
     f.add_argument("--heartbeat-interval-ms", type=int, default=2000,
