@@ -95,6 +95,9 @@ class RemoteMarkers:
 #: (retriable: it asks again, and gets NONE once the high watermark passed the marker)
 MARKER_NOT_REPLICATED = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
+MARKER_WAITS_PRUNE_AT = 1000
+"""Markers waiting for replication kept before those on partitions this broker no longer leads are dropped."""
+
 
 def write_marker(broker, topic: str, partition: int, producer_id: int, producer_epoch: int,
                  coordinator_epoch: int, commit: bool, forward: bool = True) -> int:
@@ -114,6 +117,8 @@ def write_marker(broker, topic: str, partition: int, producer_id: int, producer_
             return remote.write(p.leader, topic, partition, producer_id, producer_epoch, coordinator_epoch, commit)
     key = (topic, partition, producer_id, producer_epoch, commit)
     waits = broker.replica_manager.marker_waits
+    if len(waits) > MARKER_WAITS_PRUNE_AT:
+        _prune(broker, waits)
     if key in waits:
         part, last = waits[key]
         if broker.replica_manager.partitions.get((topic, partition)) is not part or not part.is_leader:
@@ -131,6 +136,15 @@ def write_marker(broker, topic: str, partition: int, producer_id: int, producer_
         return ErrorCode.NONE
     waits[key] = (part, part.log_end_offset - 1)
     return MARKER_NOT_REPLICATED
+
+
+def _prune(broker, waits: dict) -> None:
+    """Forget waits on partitions this broker no longer leads (a coordinator that moved away never asks again;
+    one that does gets NOT_LEADER_OR_FOLLOWER either way)."""
+    partitions = broker.replica_manager.partitions
+    for key, (part, _) in list(waits.items()):
+        if partitions.get((key[0], key[1])) is not part or not part.is_leader:
+            del waits[key]
 
 
 async def _replicated(broker, topic: str, partition: int, timeout_s: float) -> int:
