@@ -73,6 +73,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+FENCING_CHECK_S = 0.1
+"""How often the active controller looks for brokers whose session expired (a loop over the registered brokers)."""
+
 #: client id prefix of requests a standby forwards to the active controller (never forwarded again)
 FORWARDED_PREFIX = "kbroker-forward-"
 
@@ -687,9 +690,10 @@ class MetadataQuorum:
                 log.exception("balancing partition leaders failed")
 
     async def _fence_stale_brokers(self) -> None:
-        """On the active controller: fence brokers whose heartbeats stopped (``broker.session.timeout.ms``)."""
+        """On the active controller: fence brokers whose heartbeats stopped (``broker.session.timeout.ms``), checked
+        every :data:`FENCING_CHECK_S` (a failover waits the session timeout plus at most that)."""
         while True:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(FENCING_CHECK_S)
             c = self.controller
             if not c.is_active:
                 continue
