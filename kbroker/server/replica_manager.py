@@ -447,11 +447,16 @@ class ReplicaManager:
 
     # ---- lookups ----
     def get_partition(self, topic: str, partition: int) -> Partition:
-        """The partition, or KafkaError UNKNOWN_TOPIC_OR_PARTITION / NOT_LEADER_OR_FOLLOWER."""
+        """The partition, or KafkaError NOT_LEADER_OR_FOLLOWER (being created, or a partition of the metadata this
+        broker holds no replica of) / UNKNOWN_TOPIC_OR_PARTITION."""
         part = self.partitions.get((topic, partition))
         if part is None:
             if (topic, partition) in self.creating:
                 raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "the replica is being created")
+            t = self.broker.controller.image.topics_by_name.get(topic)
+            if t is not None and partition in t.partitions:
+                # the partition exists but this broker holds no replica of it (Kafka answers the same)
+                raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "this broker holds no replica of the partition")
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return part
 

@@ -62,7 +62,8 @@ def _replica(tmp_path, local_id: int, selector: str = ""):
                          wait_for_data=lambda parts, timeout, appends=False: ReplicaManager.wait_for_data(
                              None, parts, timeout, appends))  # type: ignore[arg-type]
     broker = SimpleNamespace(controller=SimpleNamespace(image=_image()), replica_manager=rm, metadata_quorum=None,
-                             replication_quotas=SimpleNamespace(leader=None))
+                             replication_quotas=SimpleNamespace(leader=None), node_id=part.local_id,
+                             advertised_listener=lambda name: None)
     return SimpleNamespace(broker=broker, api_version=17, listener_name="PLAINTEXT"), part
 
 
@@ -120,6 +121,11 @@ def test_follower_offset_outside_its_log_is_out_of_range(follower):
 def test_follower_checks_the_consumer_leader_epoch(follower):
     ctx, _ = follower
     assert _answer(ctx, _consumer_fetch(0, epoch=EPOCH - 1))[0].error_code == ErrorCode.FENCED_LEADER_EPOCH
+    # KIP-951: the answer names the leader and (v16+) its address
+    resp = _read_all(ctx, _consumer_fetch(0, epoch=EPOCH - 1), 17)[0]
+    pd = resp.responses[0].partitions[0]
+    assert (pd.current_leader.leader_id, pd.current_leader.leader_epoch) == (1, EPOCH)
+    assert [(e.node_id, e.host, e.port) for e in resp.node_endpoints] == [(1, "127.0.0.1", 9001)]
     assert _answer(ctx, _consumer_fetch(0, epoch=EPOCH + 1))[0].error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
     assert _answer(ctx, _consumer_fetch(0, epoch=-1))[0].error_code == ErrorCode.NONE
 

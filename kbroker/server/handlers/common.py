@@ -43,6 +43,35 @@ def broker_endpoints(ctx) -> list[tuple[int, str, int, str | None]]:
     return out
 
 
+def add_produce_leader_hints(ctx, resp) -> None:  # noqa: ANN001
+    """KIP-951 (Produce v10+): every partition answered NOT_LEADER_OR_FOLLOWER gets the leader and leader epoch
+    this broker's metadata knows (when another broker leads it) in ``CurrentLeader``, and the response those
+    leaders' addresses on the request's listener in ``NodeEndpoints``, so that the producer goes to the new leader
+    without a metadata round trip."""
+    from kbroker.protocol.errors import ErrorCode
+    from kbroker.protocol.messages import ProduceResponse
+
+    image = ctx.broker.controller.image
+    hinted: set[int] = set()
+    for t in resp.responses:
+        topic = None
+        for pr in t.partition_responses:
+            if pr.error_code != ErrorCode.NOT_LEADER_OR_FOLLOWER:
+                continue
+            if topic is None:
+                topic = image.topics_by_name.get(t.name) if t.name else image.topics_by_id.get(t.topic_id)
+                if topic is None:
+                    break
+            p = topic.partitions.get(pr.index)
+            if p is None or p.leader < 0 or p.leader == ctx.broker.node_id:
+                continue
+            pr.current_leader = ProduceResponse.LeaderIdAndEpoch(leader_id=p.leader, leader_epoch=p.leader_epoch)
+            hinted.add(p.leader)
+    if hinted:
+        resp.node_endpoints = [ProduceResponse.NodeEndpoint(node_id=n, host=h, port=port, rack=rack)
+                               for n, h, port, rack in broker_endpoints(ctx) if n in hinted]
+
+
 def auto_create_topics(ctx, names: list[str]) -> set[str]:
     """Create ``names`` with the broker defaults (``num.partitions``, ``default.replication.factor``); returns the
     names whose creation is under way but not yet in this node's committed image (Metadata answers

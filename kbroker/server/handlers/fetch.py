@@ -100,6 +100,9 @@ def _answer(read, quota) -> FetchResponse:  # noqa: ANN001
     return read[0]
 
 
+_LEADER_HINT_ERRORS = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
+
+
 def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, record: bool = True, quota=None):
     """Read every requested partition once -> (response, bytes read or -1 on errors, partitions, bytes read of
     partitions throttled by ``quota``). ``replica_id`` >= 0: a follower's fetch (``record``: its position is
@@ -113,6 +116,7 @@ def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, re
     throttled_bytes = 0
     had_error = False  # or a consumer sent to a preferred read replica: answered at once either way (as Kafka)
     parts = []
+    hinted: set[int] = set()  # leaders named in CurrentLeader (KIP-951)
     read_committed = request.isolation_level == READ_COMMITTED and replica_id < 0
     now_ms = int(time.time() * 1000)
     for ft in request.topics:
@@ -171,9 +175,22 @@ def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, re
             except KafkaError as exc:
                 pd.error_code = exc.code
                 had_error = True
+                if exc.code in _LEADER_HINT_ERRORS and version >= 12 and topic is not None:
+                    # KIP-951: the leader this broker knows, and (v16+) its address, saves the client a
+                    # metadata round trip
+                    p = topic.partitions.get(fp.partition)
+                    if p is not None and p.leader >= 0 and p.leader != broker.node_id:
+                        pd.current_leader = FetchResponse.LeaderIdAndEpoch(leader_id=p.leader,
+                                                                           leader_epoch=p.leader_epoch)
+                        hinted.add(p.leader)
             except OSError:
                 pd.error_code = ErrorCode.KAFKA_STORAGE_ERROR
                 had_error = True
+    if hinted and version >= 16:
+        from kbroker.server.handlers.common import broker_endpoints
+
+        resp.node_endpoints = [FetchResponse.NodeEndpoint(node_id=n, host=h, port=port, rack=rack)
+                               for n, h, port, rack in broker_endpoints(ctx) if n in hinted]
     return resp, (-1 if had_error and total == 0 else total), parts, throttled_bytes
 
 

@@ -34,9 +34,12 @@ Behavior:
   the answer waits until the high watermark passes the batch (every in-sync replica holds it): with one replica
   right after the append, with followers once they fetched it; REQUEST_TIMED_OUT after the request's
   ``timeout_ms``, NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below the minimum meanwhile
-  (:func:`wait_for_in_sync_replicas`). acks=1 answers after the leader's append.
+  (:func:`wait_for_in_sync_replicas`). acks=1 answers after the leader's append;
+* a partition this broker does not lead (or holds no replica of, while the metadata has it) is
+  NOT_LEADER_OR_FOLLOWER, with the leader and epoch this broker knows in ``CurrentLeader`` and the leader's
+  address in ``NodeEndpoints`` (KIP-951, v10+).
 Version notes:
-* v8: record errors and error message; v10: CurrentLeader tag on leader errors; v13: topic ids.
+* v8: record errors and error message; v10: CurrentLeader and NodeEndpoints tags (KIP-951); v13: topic ids.
 * v12 (transactions version 2, implicit AddPartitionsToTxn) is accepted but handled as version 1:
   ``transaction.version`` is not finalized, so clients do not rely on it.
 """
@@ -216,6 +219,7 @@ async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
     resp = ProduceResponse()
     #: acks=-1 appends the in-sync replicas do not all hold yet: (partition, last offset, response)
     delayed: list[tuple[Any, int, ProduceResponse.PartitionProduceResponse]] = []
+    had_not_leader = False  # some partition answered NOT_LEADER_OR_FOLLOWER: KIP-951 hints
     # like Kafka: transactional data without a transactional id fails the whole request
     request_error = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                      if request.transactional_id is None and has_transactional_records(request) else ErrorCode.NONE)
@@ -255,18 +259,23 @@ async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
                     delayed.append((part, info.last_offset, pr))
             except KafkaError as exc:
                 pr.error_code = exc.code
+                had_not_leader = had_not_leader or exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
                 if version >= 8 and exc.message:
                     pr.error_message = exc.message
                 if version >= 8 and isinstance(exc, RecordErrors):  # KIP-467: which records, and why
                     pr.record_errors = [ProduceResponse.BatchIndexAndErrorMessage(
                         batch_index=i, batch_index_error_message=m) for i, m in exc.record_errors]
-                if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= 10:
-                    pr.current_leader = ProduceResponse.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1)
             except OSError as exc:
                 log.error("append to %s-%d failed: %s", topic_data.name, pdata.index, exc)
                 pr.error_code = ErrorCode.KAFKA_STORAGE_ERROR
     if delayed:
         await wait_for_in_sync_replicas(rm, delayed, request.timeout_ms / 1000)
+        had_not_leader = had_not_leader or any(pr.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+                                               for _, _, pr in delayed)
+    if version >= 10 and had_not_leader:  # KIP-951: where the partitions went
+        from kbroker.server.handlers.common import add_produce_leader_hints
+
+        add_produce_leader_hints(ctx, resp)
     if acks == 0:
         # No response is due; like the Apache broker, close the connection when a partition failed so the
         # producer notices (it reconnects and refreshes metadata).
