@@ -100,7 +100,9 @@ _STATIC: list[tuple] = [
     ("listener.security.protocol.map", "list",
      "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL", MEDIUM,
      "The security protocol of each listener name (kbroker serves PLAINTEXT only).", None, True),
-    ("inter.broker.listener.name", "string", "PLAINTEXT", MEDIUM, "The listener other brokers use.", None, False),
+    ("inter.broker.listener.name", "string", "PLAINTEXT", MEDIUM,
+     "The listener this broker uses to reach other brokers (replica fetches, transaction verification, markers); "
+     "every broker must have a listener of that name.", None, True),
     ("broker.rack", "string", "", MEDIUM,
      "The rack of this broker, for rack-aware replica placement and consumers' closest replica (KIP-392).", None,
      True),

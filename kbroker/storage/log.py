@@ -891,9 +891,15 @@ class PartitionLog:
     def truncate_to(self, offset: int) -> bool:
         """Remove everything from ``offset`` on (a batch holding ``offset`` is removed whole, so the LEO may
         end up below ``offset``). Below the log start offset the log is emptied and restarted at ``offset``.
-        Returns True if anything was removed. FileRegions over truncated bytes become invalid."""
+        Returns True if anything was removed. FileRegions over truncated bytes become invalid.
+
+        Truncating at or past the log end offset removes no record but still drops leader epochs that start at
+        the log end offset (as Kafka does): a replica that led an epoch without appending anything in it keeps
+        that epoch as its latest one, so as a follower its fetches would name an epoch the new leader never
+        had, get a diverging epoch ending at this very offset, truncate to it and fetch again, for ever."""
         self._check_open()
         if offset >= self._leo:
+            self.leader_epoch_cache.truncate_from_end(self._leo)
             return False
         if offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
