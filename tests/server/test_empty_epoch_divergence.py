@@ -50,3 +50,27 @@ def test_a_follower_drops_an_epoch_it_led_without_appending(tmp_path):
         assert follower_log.log_end_offset == 5  # nothing of epoch 0 is removed
     assert rounds == 2, "the follower kept fetching with the epoch it led alone"
     assert follower_log.leader_epoch_cache.latest_epoch == 0
+
+
+def test_a_follower_whose_last_epoch_the_leader_never_had_truncates(tmp_path):
+    """compat_tests/test_replication.py::test_acks_all_survives_leader_kills (a CI run): the leader of epoch 0 was
+    killed with 20 records nobody had copied; the new leader's log starts with epoch 1 at offset 0. The restarted
+    broker fetched with last epoch 0, the leader had no epoch that old and answered (-1, -1), which reads as "no
+    divergence": the follower kept its 20 stale records, took them as committed (high watermark 20) and never
+    rejoined the ISR. Kafka's answer, (0, the start of the leader's first epoch), makes it truncate to 0."""
+    now_ms = int(time.time() * 1000)
+    follower_log, leader_log = _log(tmp_path / "f" / "t-0", 1), _log(tmp_path / "l" / "t-0", 0)
+    follower = Partition("t", 0, TOPIC_ID, follower_log, 2, 1, 3, [1, 2], [2], local_id=1)
+    leader = Partition("t", 0, TOPIC_ID, leader_log, 2, 1, 3, [1, 2], [2], local_id=2)
+    leader.make_leader(now_ms)  # epoch 1 from offset 0
+    for i in range(3):
+        leader_log.append_as_leader(build_batch([(b"k", b"n%d" % i)]), 1, now_ms)
+    rm = SimpleNamespace(maybe_expand_isr=lambda part, replica: None)
+    fp = fetch_partition(follower, 1 << 20)
+    pd = FetchResponse.PartitionData(partition_index=0)
+    assert not follower_position(rm, leader, 1, fp, pd, 17, now_ms)
+    assert (pd.diverging_epoch.epoch, pd.diverging_epoch.end_offset) == (0, 0)
+    apply_fetched(follower, pd, 2)
+    assert follower_log.log_end_offset == 0 and follower_log.leader_epoch_cache.latest_epoch == -1
+    fp = fetch_partition(follower, 1 << 20)
+    assert follower_position(rm, leader, 1, fp, FetchResponse.PartitionData(partition_index=0), 17, now_ms)
