@@ -43,12 +43,14 @@ from kbroker.testing.history import History
 
 pytestmark = pytest.mark.timeout(900)
 
+#: a killed broker is fenced after 3 s (heartbeats every 0.3 s); a follower leaves the ISR after 5 s behind
+KILL_OVERRIDES = {"broker.session.timeout.ms": 3000, "broker.heartbeat.interval.ms": 300,
+                  "replica.lag.time.max.ms": 5000}
+
 def test_acks_all_survives_leader_kills(tmp_path):
     """Kill -9 the leader of partition 0 four times under an acks=all load: nothing acknowledged is lost or
     duplicated, and the replicas end byte-identical."""
-    cluster = KbrokerCluster(tmp_path, nodes=3, overrides={"broker.session.timeout.ms": 3000,
-                                                           "broker.heartbeat.interval.ms": 300,
-                                                           "replica.lag.time.max.ms": 5000})
+    cluster = KbrokerCluster(tmp_path, nodes=3, overrides=KILL_OVERRIDES)
     with cluster:
         admin = Admin(cluster)
         create_topic(admin)
@@ -284,9 +286,7 @@ def test_reassignment_onto_an_added_broker_under_load(tmp_path):
     from kafka import TopicPartition as KTopicPartition
     from kafka.admin import KafkaAdminClient
 
-    cluster = KbrokerCluster(tmp_path, nodes=3, overrides={"broker.session.timeout.ms": 3000,
-                                                           "broker.heartbeat.interval.ms": 300,
-                                                           "replica.lag.time.max.ms": 5000,
+    cluster = KbrokerCluster(tmp_path, nodes=3, overrides={**KILL_OVERRIDES,
                                                            "leader.imbalance.check.interval.seconds": 2})
     with cluster:
         admin = Admin(cluster)
@@ -383,9 +383,7 @@ def test_java_kafka_python_and_aiokafka_producers_survive_leader_kills(tmp_path,
 
     from compat_tests.records import RecordSpec
 
-    cluster = KbrokerCluster(tmp_path, nodes=3, overrides={"broker.session.timeout.ms": 3000,
-                                                           "broker.heartbeat.interval.ms": 300,
-                                                           "replica.lag.time.max.ms": 5000})
+    cluster = KbrokerCluster(tmp_path, nodes=3, overrides=KILL_OVERRIDES)
     with cluster:
         admin = Admin(cluster)
         create_topic(admin)
@@ -547,8 +545,7 @@ def test_consume_transform_produce_stays_exactly_once_across_leader_kills(tmp_pa
 
     txn_id = "eos-loop"
     cluster = KbrokerCluster(tmp_path, nodes=3, overrides={
-        "broker.session.timeout.ms": 3000, "broker.heartbeat.interval.ms": 300, "replica.lag.time.max.ms": 5000,
-        "offsets.topic.num.partitions": 5, "offsets.topic.replication.factor": 3,
+        **KILL_OVERRIDES, "offsets.topic.num.partitions": 5, "offsets.topic.replication.factor": 3,
         "transaction.state.log.num.partitions": 5, "transaction.state.log.replication.factor": 3,
         "transaction.state.log.min.isr": 2})
     with cluster:
