@@ -58,6 +58,8 @@ def build_parser() -> ToolParser:
                    help="decode the records as KRaft cluster metadata records (__cluster_metadata)")
     p.add_argument("--offsets-decoder", action="store_true",
                    help="decode the records as __consumer_offsets records (group metadata and offsets)")
+    p.add_argument("--transaction-log-decoder", action="store_true",
+                   help="decode the records as __transaction_state records (transaction metadata)")
     p.add_argument("--key-decoder-class", nargs="?", const="StringDecoder", help="only the default string decoder")
     p.add_argument("--value-decoder-class", nargs="?", const="StringDecoder", help="only the default string decoder")
     add_version(p)
@@ -134,12 +136,16 @@ def metadata_parser(rec: Any) -> tuple[str | None, str | None]:
         return None, f"Error at {rec.offset}, skipping. {exc}"
 
 
-def _coordinator_registry() -> tuple[dict[int, type], dict[int, type]]:
+def _coordinator_registry(transaction_log: bool = False) -> tuple[dict[int, type], dict[int, type]]:
+    """Record type -> key / value class of ``__consumer_offsets`` (or of ``__transaction_state``: its record
+    types 0 and 1 are reused by other coordinator topics)."""
     from kbroker.protocol import coordinator_records as cr
 
     keys: dict[int, type] = {}
     values: dict[int, type] = {}
-    for name in dir(cr):
+    names = ("TransactionLogKey", "TransactionLogValue") if transaction_log else [
+        n for n in dir(cr) if not n.startswith("TransactionLog")]
+    for name in names:
         cls = getattr(cr, name)
         spec = getattr(cls, "SPEC_TYPE", None)
         if spec == "coordinator-key":
@@ -149,13 +155,13 @@ def _coordinator_registry() -> tuple[dict[int, type], dict[int, type]]:
     return keys, values
 
 
-def offsets_parser(rec: Any) -> tuple[str | None, str | None]:
+def offsets_parser(rec: Any, transaction_log: bool = False) -> tuple[str | None, str | None]:
     from kbroker.protocol import codec
 
     if rec.key is None:
         raise CliError(f"Failed to decode message at offset {rec.offset} using the specified decoder "
                        "(message had a missing key)")
-    keys, values = _coordinator_registry()
+    keys, values = _coordinator_registry(transaction_log)
     try:
         key_bytes = bytes(rec.key)
         (rtype,) = struct.unpack_from(">h", key_bytes, 0)
@@ -175,6 +181,10 @@ def offsets_parser(rec: Any) -> tuple[str | None, str | None]:
         return f"Error at offset {rec.offset}, skipping. {exc}", None
 
 
+def transaction_log_parser(rec: Any) -> tuple[str | None, str | None]:
+    return offsets_parser(rec, transaction_log=True)
+
+
 # ------------------------------------------------------------------------------------------ .log
 
 
@@ -182,6 +192,7 @@ class Dumper:
     def __init__(self, args: Any) -> None:
         self.args = args
         self.print_data = (args.print_data_log or args.cluster_metadata_decoder or args.offsets_decoder
+                           or args.transaction_log_decoder
                            or args.key_decoder_class is not None or args.value_decoder_class is not None)
         self.deep = args.deep_iteration or self.print_data
         self.parser: Callable[[Any], tuple[str | None, str | None]] = string_parser
@@ -189,6 +200,8 @@ class Dumper:
             self.parser = metadata_parser
         elif args.offsets_decoder:
             self.parser = offsets_parser
+        elif args.transaction_log_decoder:
+            self.parser = transaction_log_parser
         self.index_mismatches: dict[str, list[tuple[int, int]]] = {}
         self.non_consecutive: dict[str, list[tuple[int, int]]] = {}
         self.time_errors: list[str] = []
@@ -466,8 +479,9 @@ def main(argv: list[str] | None = None) -> int:
         value = getattr(args, opt)
         if value is not None and value.rsplit(".", 1)[-1] != "StringDecoder":
             parser.error(f"--{opt.replace('_', '-')}: only the default StringDecoder is available, not {value}")
-    if args.cluster_metadata_decoder and args.offsets_decoder:
-        parser.error("--cluster-metadata-decoder and --offsets-decoder can't be used together")
+    if sum(map(bool, (args.cluster_metadata_decoder, args.offsets_decoder, args.transaction_log_decoder))) > 1:
+        parser.error("only one of --cluster-metadata-decoder, --offsets-decoder and --transaction-log-decoder "
+                     "can be used")
     files = [f for f in args.files.split(",") if f]
     if not files:
         parser.error("Missing required argument \"[files]\"")

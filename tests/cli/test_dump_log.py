@@ -190,3 +190,24 @@ def test_unknown_and_missing_files(tmp_path, run):
     assert status == 1 and "No such file or directory" in err
     status, out, err = run(dump_log.main)
     assert status == 1 and "--files" in err
+
+
+def test_transaction_log_decoder(tmp_path, run):
+    """``--transaction-log-decoder`` reads ``__transaction_state`` records as the coordinator writes them (their
+    record types 0 and 1 are the offsets topic's legacy commit keys too: ``--offsets-decoder`` cannot)."""
+    from kbroker.coordinator.transaction.metadata import TransactionMetadata, TransactionState
+    from kbroker.coordinator.transaction.service import TRANSACTION_COORDINATOR_SERDE as serde
+
+    meta = TransactionMetadata("eos-loop", 1000, 2, 60000, TransactionState.ONGOING,
+                               {("out", 1), ("out", 0), ("__consumer_offsets", 3)}, T0, T0 + 5)
+    rec = meta.to_record()
+    f = tmp_path / "00000000000000000000.log"
+    f.write_bytes(build_batch([(serde.encode_key(rec), serde.encode_value(rec), [], T0)]))
+    status, out, err = run(dump_log.main, "--transaction-log-decoder", "--files", str(f))
+    assert status == 0, err
+    assert 'key: {"type":"0","data":{"transactionalId":"eos-loop"}}' in out
+    assert ('"data":{"producerId":1000,"producerEpoch":2,"transactionTimeoutMs":60000,"transactionStatus":1,'
+            '"transactionPartitions":[{"topic":"__consumer_offsets","partitionIds":[3]},'
+            '{"topic":"out","partitionIds":[0,1]}]') in out
+    status, _, err = run(dump_log.main, "--transaction-log-decoder", "--offsets-decoder", "--files", str(f))
+    assert status != 0 and "only one of" in err
