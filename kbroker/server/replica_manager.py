@@ -283,11 +283,19 @@ class ReplicaManager:
             except Exception:
                 log.exception("the ISR lag check failed")
 
+    def _isr_eligible(self, replica_id: int) -> bool:
+        reg = self.broker.controller.image.brokers.get(replica_id)
+        return reg is not None and not reg.fenced and not reg.in_controlled_shutdown
+
     def maybe_expand_isr(self, part: Partition, replica_id: int) -> None:
         """After follower ``replica_id`` fetched: propose it for the ISR if it has caught up."""
         if self.alter_partition_manager is None:
             return
         new_isr = part.isr_expansion(replica_id)
+        if new_isr is not None and not self._isr_eligible(replica_id):
+            # as Kafka's Partition.isReplicaIsrEligible: a fenced broker, or one shutting down, is not proposed
+            # (the controller would answer INELIGIBLE_REPLICA to every fetch of a broker still registering)
+            return
         if new_isr is not None:
             log.info("expanding the ISR of %s-%d from %s to %s", part.topic, part.partition_index, part.isr, new_isr)
             self.alter_partition_manager.submit(part, new_isr)
