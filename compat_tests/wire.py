@@ -527,9 +527,9 @@ def produce_v9_body(topic: str, partition: int, records: bytes | None, *, acks: 
 
 
 def produce_v9(conn: KafkaConnection, topic: str, partition: int, records: bytes | None,
-               acks: int = -1) -> ProducePartitionResult:
+               acks: int = -1, timeout_ms: int = 10000) -> ProducePartitionResult:
     """Produce v9 (flexible: request header v2, response header v1)."""
-    rd = conn.request(API_PRODUCE, 9, produce_v9_body(topic, partition, records, acks=acks),
+    rd = conn.request(API_PRODUCE, 9, produce_v9_body(topic, partition, records, acks=acks, timeout_ms=timeout_ms),
                       header_version=2, response_header_version=1)
     results: list[ProducePartitionResult] = []
 

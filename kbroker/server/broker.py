@@ -237,7 +237,7 @@ class Broker:
                     deferred.append(self.servers[-1])
         from kbroker.controller.image import Endpoint
 
-        endpoints = [Endpoint(lst.name, lst.host, self.bound_ports.get(lst.name, lst.port),
+        endpoints = [Endpoint(lst.name, lst.host, lst.port,
                               self.controller._security_protocol(lst.name))
                      for lst in (self.advertised_listener(x.name) for x in self.config.advertised_listeners) if lst]
         if self.metadata_quorum is not None:

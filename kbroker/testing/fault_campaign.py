@@ -132,8 +132,16 @@ class Writer:
     def __init__(self, bootstrap: str, h: History, prefix: str) -> None:
         self.h = h
         self.prefix = prefix
+        # request.timeout.ms 5 s (30 s by default): a leader cut off from the cluster holds acks=all produce
+        # requests until their timeout, and a broker answers a connection's requests in order (as Kafka's do), so
+        # with 30 s the requests for its other partitions, and the metadata request that would name the new
+        # leader, queue 30 s each behind it, and the idempotent producer cannot move the partition before its
+        # in-flight requests are answered. enable.sparse.connections off: librdkafka asks a connected broker for
+        # metadata, and when the cut-off leader led every partition it was the only one, answering with its own
+        # stale view (itself the leader) until the records expired
         self.p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
                            "linger.ms": 2, "message.timeout.ms": 120000, "retry.backoff.ms": 50,
+                           "request.timeout.ms": 5000, "enable.sparse.connections": False,
                            "topic.metadata.refresh.interval.ms": 1000})
         self.acked = 0
         #: per partition: acknowledgements of records produced after the last mark()
@@ -178,6 +186,14 @@ class Writer:
         count = (lambda: self.acked) if partition is None else (lambda: self.acked_in[partition])
         target = count() + more
         wait_until(lambda: count() >= target, timeout, f"{more} more acknowledgements (errors {self.errors[:3]})")
+
+    def wait_knows_brokers(self, n: int, timeout: float) -> None:
+        """Until a metadata answer to the producer names ``n`` brokers. librdkafka drops the brokers a metadata
+        answer leaves out (a fenced one) and asks the brokers it knows; a leader cut off from the cluster still
+        answers with its own stale view (itself the leader), so a producer that knows only that broker and
+        others it cannot reach goes on asking it and never finds the new leader until the cut heals."""
+        wait_until(lambda: len(self.p.list_topics(timeout=5).brokers) >= n, timeout,
+                   f"the producer's metadata naming {n} brokers")
 
     def stop(self) -> None:
         self._stop.set()
