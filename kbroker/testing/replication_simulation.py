@@ -2,7 +2,8 @@
 
 One seed drives everything: message delays and losses between the brokers, the controller and the producer,
 stale metadata, broker crashes (a process crash keeps what was written; a power loss also loses what the log had
-not flushed) and restarts, and a producer writing with acks=all. The same seed replays the same run exactly::
+not flushed) and restarts, leadership moved away from live leaders (sometimes twice within milliseconds, so
+that a leader appended nothing in its epoch), and a producer writing with acks=all, with pauses. The same seed replays the same run exactly::
 
     python -m kbroker.testing.replication_simulation --seeds 1000          # a campaign
     python -m kbroker.testing.replication_simulation --seed 4711 --verbose # replay one run
@@ -84,6 +85,13 @@ class SimConfig:
     replica_lag_time_max_ms: int = 400
     max_delay_ms: int = 15
     drop_rate: float = 0.02
+    #: about how often the controller moves leadership away from a live leader (a preferred leader election, a
+    #: controlled shutdown, a reassignment): 0 = never. Such a leader may have appended nothing in its epoch.
+    elect_every_ms: int = 3_000
+    #: the producer pauses now and then (about every ``pause_every_ms``, for up to ``pause_max_ms``): the high
+    #: watermark reaches the log end, which is when a follower's own stale epochs decide what it truncates
+    pause_every_ms: int = 1_000
+    pause_max_ms: int = 300
 
 
 @dataclass
@@ -189,6 +197,8 @@ class Result:
     crashes: int = 0
     power_losses: int = 0
     leader_changes: int = 0
+    #: of the leader changes, those that moved leadership away from a live leader
+    elections: int = 0
     isr_changes: int = 0
     truncations: int = 0
 
@@ -198,6 +208,10 @@ class Simulation:
         self.seed = seed
         self.cfg = cfg or SimConfig()
         self.rng = random.Random(seed)
+        #: the elections' and producer pauses' own stream, so that they draw nothing from the network's and
+        #: crashes' one
+        self.elect_rng = random.Random(seed * 7919 + 1)
+        self.paused_until = 0
         self.verbose = verbose
         self.now = 0
         self._queue: list[tuple[int, int, Callable[[], None]]] = []
@@ -284,6 +298,24 @@ class Simulation:
         self.at(self.cfg.session_timeout_ms, lambda: self._session_expired(b))
         self.at(self.rng.randint(self.cfg.session_timeout_ms // 2, self.cfg.session_timeout_ms * 3),
                 lambda: self._restart(b))
+
+    def _elect(self, burst: bool = True) -> None:
+        """The controller moves leadership to another live in-sync replica; the old leader stays up and in the
+        ISR and learns it follows from the metadata. Sometimes a second move follows within a few milliseconds
+        (``burst``), often before the producer has written through the new leader: a leader that appended
+        nothing in its epoch, as a preferred leader election right after a failover makes."""
+        c = self.controller
+        if burst and self.elect_rng.random() < 0.3:
+            self.at(self.elect_rng.randint(1, 3 * self.cfg.max_delay_ms), lambda: self._elect(burst=False))
+        candidates = [r for r in c.isr if r != c.leader and c.live.get(r)]
+        if not candidates or not c.live.get(c.leader):
+            return
+        new = self.elect_rng.choice(candidates)
+        self.log(f"controller moves leadership from {c.leader} to {new}")
+        c._change(leader=new)
+        self.result.leader_changes += 1
+        self.result.elections += 1
+        self._committed()
 
     def _session_expired(self, b: Broker) -> None:
         if not b.up and self.controller.live.get(b.node_id):
@@ -412,6 +444,12 @@ class Simulation:
     # ------------------------------------------------------------------ the producer
     def _produce(self) -> None:
         self.at(self.cfg.produce_every_ms, self._produce)
+        cfg = self.cfg
+        if self.now < self.paused_until:
+            return
+        if cfg.pause_every_ms and self.elect_rng.random() < cfg.produce_every_ms / cfg.pause_every_ms:
+            self.paused_until = self.now + self.elect_rng.randint(1, cfg.pause_max_ms)
+            return
         target = self.brokers.get(self.controller.leader)
         if target is None:
             return
@@ -521,6 +559,8 @@ class Simulation:
             self.at(1, self._produce)
             self.at(cfg.replica_lag_time_max_ms // 2, self._check_isr_lag)
             crash_at = self.rng.randint(cfg.crash_every_ms // 2, cfg.crash_every_ms)
+            elect_at = (self.elect_rng.randint(cfg.elect_every_ms // 2, cfg.elect_every_ms) if cfg.elect_every_ms
+                        else cfg.duration_ms)
             while self.now < cfg.duration_ms and self._queue and self.result.events < MAX_EVENTS:
                 when, _, fn = heapq.heappop(self._queue)
                 self.now = when
@@ -531,6 +571,9 @@ class Simulation:
                     up = [b for b in self.brokers.values() if b.up]
                     if len(up) > 1:
                         self._crash(self.rng.choice(up))
+                if cfg.elect_every_ms and self.now >= elect_at:
+                    elect_at = self.now + self.elect_rng.randint(cfg.elect_every_ms // 2, cfg.elect_every_ms)
+                    self._elect()
             # heal: no more crashes or losses, the producer stops; everything restarts and catches up
             self.cfg = cfg = SimConfig(**{**cfg.__dict__, "drop_rate": 0.0})
             self._queue = [(t, s, fn) for t, s, fn in self._queue if fn.__name__ != "_produce"]
@@ -576,14 +619,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--duration-ms", type=int, default=20_000)
     ap.add_argument("--crash-every-ms", type=int, default=2_500)
+    ap.add_argument("--elect-every-ms", type=int, default=3_000,
+                    help="about how often leadership moves away from a live leader (0: never)")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(args.first_seed, args.first_seed + args.seeds)
     failures = 0
     totals = {"events": 0, "acknowledged": 0, "crashes": 0, "power losses": 0, "leader changes": 0,
-              "ISR changes": 0, "truncations": 0}
+              "elections of a live leader's successor": 0, "ISR changes": 0, "truncations": 0}
     for seed in seeds:
-        cfg = SimConfig(duration_ms=args.duration_ms, crash_every_ms=args.crash_every_ms)
+        cfg = SimConfig(duration_ms=args.duration_ms, crash_every_ms=args.crash_every_ms,
+                        elect_every_ms=args.elect_every_ms)
         try:
             r = Simulation(seed, cfg, verbose=args.verbose).run()
         except InvariantViolation as exc:
@@ -592,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         for k, v in (("events", r.events), ("acknowledged", r.acknowledged), ("crashes", r.crashes),
                      ("power losses", r.power_losses), ("leader changes", r.leader_changes),
+                     ("elections of a live leader's successor", r.elections),
                      ("ISR changes", r.isr_changes), ("truncations", r.truncations)):
             totals[k] += v
     print(f"{len(seeds)} seeds, {failures} failed; " + ", ".join(f"{k} {v}" for k, v in totals.items()))
