@@ -230,6 +230,8 @@ class ReplicaManager:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.partitions: dict[tuple[str, int], Partition] = {}
+        #: (topic, partition) -> (leader epoch, ISR, proposed ISR) of the last ISR shrink logged
+        self._last_shrink: dict[tuple[str, int], tuple[int, list[int], list[int]]] = {}
         #: partitions whose logs a worker thread is creating (they answer NOT_LEADER_OR_FOLLOWER meanwhile)
         self.creating: set[tuple[str, int]] = set()
         self._background: set[asyncio.Task[None]] = set()
@@ -276,9 +278,15 @@ class ReplicaManager:
                     if part.is_leader and len(part.isr) > 1:
                         new_isr = part.isr_shrink(now_ms, self.replica_lag_time_max_ms)
                         if new_isr is not None:
-                            log.info("shrinking the ISR of %s-%d from %s to %s: followers lagging more than %d ms",
-                                     part.topic, part.partition_index, part.isr, new_isr,
-                                     self.replica_lag_time_max_ms)
+                            # the same proposal again (the last one failed: no controller reachable, say) is
+                            # logged at debug level, not twice a second
+                            key = (part.topic, part.partition_index)
+                            same = self._last_shrink.get(key) == (part.leader_epoch, part.isr, new_isr)
+                            self._last_shrink[key] = (part.leader_epoch, list(part.isr), list(new_isr))
+                            log.log(logging.DEBUG if same else logging.INFO,
+                                    "shrinking the ISR of %s-%d from %s to %s: followers lagging more than %d ms",
+                                    part.topic, part.partition_index, part.isr, new_isr,
+                                    self.replica_lag_time_max_ms)
                             self.alter_partition_manager.submit(part, new_isr)
             except Exception:
                 log.exception("the ISR lag check failed")
