@@ -507,8 +507,8 @@ def test_leader_cut_off_from_the_cluster_acknowledges_nothing_that_is_lost(tmp_p
     clients still reach it) under confluent-kafka's idempotent acks=all producer. The controller fences it and
     elects an in-sync follower; acks resume through the new leader; what the cut-off leader appended alone is never
     acknowledged (an acks=all write sent to it at once times out: it waits for followers that no longer fetch
-    from it, and it cannot shrink its ISR without the controller); after the heal it truncates that and follows. Nothing acknowledged is lost or
-    duplicated and the replicas end byte-identical."""
+    from it, and it cannot shrink its ISR without the controller); after the heal it truncates that and follows.
+    Nothing acknowledged is lost or duplicated and the replicas end byte-identical."""
     from kbroker.testing.fault_campaign import CAMPAIGN_OVERRIDES
 
     cluster = KbrokerCluster(tmp_path, nodes=3, brokers=3, link_proxies=True,

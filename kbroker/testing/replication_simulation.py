@@ -3,7 +3,8 @@
 One seed drives everything: message delays and losses between the brokers, the controller and the producer,
 stale metadata, broker crashes (a process crash keeps what was written; a power loss also loses what the log had
 not flushed) and restarts, leadership moved away from live leaders (sometimes twice within milliseconds, so
-that a leader appended nothing in its epoch), and a producer writing with acks=all, with pauses. The same seed replays the same run exactly::
+that a leader appended nothing in its epoch), and a producer writing with acks=all, with pauses. The same seed
+replays the same run exactly::
 
     python -m kbroker.testing.replication_simulation --seeds 1000          # a campaign
     python -m kbroker.testing.replication_simulation --seed 4711 --verbose # replay one run
