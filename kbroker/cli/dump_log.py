@@ -16,6 +16,7 @@ non-consecutive offsets, trailing bytes) are reported the way Kafka reports them
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import struct
 import sys
@@ -136,6 +137,7 @@ def metadata_parser(rec: Any) -> tuple[str | None, str | None]:
         return None, f"Error at {rec.offset}, skipping. {exc}"
 
 
+@functools.lru_cache(maxsize=2)
 def _coordinator_registry(transaction_log: bool = False) -> tuple[dict[int, type], dict[int, type]]:
     """Record type -> key / value class of ``__consumer_offsets`` (or of ``__transaction_state``: its record
     types 0 and 1 are reused by other coordinator topics)."""
