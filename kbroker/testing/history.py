@@ -7,7 +7,10 @@ Jepsen-style analyses of Kafka do:
 
 * **lost**: an acknowledged record that no read of its partition returned;
 * **duplicated**: one written value at two or more offsets (an idempotent producer's retry written twice);
-* **offset changed**: an acknowledged record found at another offset than the one its acknowledgement named;
+* **offset changed**: an acknowledged record found at another offset than the one its acknowledgement named
+  (an acknowledgement without an offset is checked for loss only: librdkafka acknowledges the earlier messages
+  of a partition implicitly, offset unknown, when a later batch of its idempotent producer succeeds while
+  they wait for a retry);
 * **reordered**: two records one producer acknowledged in one partition, found in the opposite order;
 * **aborted seen** / **uncommitted seen**: a ``read_committed`` read that returned a record of an aborted
   transaction, or of one that never committed;
@@ -36,7 +39,7 @@ class Report:
 
     acknowledged: int = 0
     read: int = 0
-    lost: list[tuple[str, int, int, bytes]] = field(default_factory=list)
+    lost: list[tuple[str, int, int | None, bytes]] = field(default_factory=list)
     duplicated: list[tuple[str, int, bytes, list[int]]] = field(default_factory=list)
     offset_changed: list[tuple[str, int, bytes, int, int]] = field(default_factory=list)
     reordered: list[tuple[str, int, bytes, bytes]] = field(default_factory=list)
@@ -73,7 +76,7 @@ class History:
     def __init__(self) -> None:
         self._attempted: set[bytes] = set()
         #: value -> (topic, partition, offset, producer) of its acknowledgement
-        self._acked: dict[bytes, tuple[str, int, int, str]] = {}
+        self._acked: dict[bytes, tuple[str, int, int | None, str]] = {}
         #: (producer, topic, partition) -> values in the order the producer's acknowledgements arrived
         self._ack_order: dict[tuple[str, str, int], list[bytes]] = defaultdict(list)
         #: value -> transactional id of the transaction that wrote it (its current one)
@@ -92,8 +95,10 @@ class History:
             self._txn_open.setdefault(txn, []).append(value)
             self._txn_of[value] = (txn, self._txn_serial[txn])
 
-    def ack(self, topic: str, partition: int, offset: int, value: bytes, producer: str = "") -> None:
-        """The producer was told ``value`` is at ``offset`` of ``topic``-``partition``."""
+    def ack(self, topic: str, partition: int, offset: int | None, value: bytes, producer: str = "") -> None:
+        """The producer was told ``value`` is at ``offset`` of ``topic``-``partition`` (None: acknowledged
+        without an offset, as librdkafka's implicit acknowledgements are; confluent-kafka's ``offset()`` then
+        returns None)."""
         self._acked[value] = (topic, partition, offset, producer)
         self._ack_order[(producer, topic, partition)].append(value)
 
@@ -114,7 +119,7 @@ class History:
         """A consumer read ``value`` at ``offset`` (``committed``: with ``isolation.level=read_committed``)."""
         self._reads[(topic, partition, committed)][offset] = value
 
-    def acknowledged(self) -> list[tuple[bytes, str, int, int, str]]:
+    def acknowledged(self) -> list[tuple[bytes, str, int, int | None, str]]:
         """Every acknowledgement so far: ``(value, topic, partition, offset, producer)``."""
         return [(v, t, p, o, prod) for v, (t, p, o, prod) in self._acked.items()]
 
@@ -157,7 +162,7 @@ class History:
                 found = pos.get(value)
                 if found is None:
                     r.lost.append((topic, partition, offset, value))
-                elif found != offset:
+                elif offset is not None and found != offset:
                     r.offset_changed.append((topic, partition, value, offset, found))
         # the order of each producer's acknowledged records per partition
         for (producer, topic, partition), values in self._ack_order.items():

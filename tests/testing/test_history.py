@@ -61,6 +61,22 @@ def test_lost_duplicated_moved_reordered_and_phantom_records_are_found():
         raise AssertionError("assert_ok passed a bad history")
 
 
+def test_an_acknowledgement_without_an_offset_is_checked_for_loss_only():
+    """librdkafka acknowledges messages implicitly (a later batch succeeded), with no offset: such an ack is
+    fine wherever its record is, and still lost when no read has it."""
+    h = History()
+    for i in range(3):
+        h.attempt("t", b"v%d" % i)
+    h.ack("t", 0, None, b"v0", producer="p")
+    h.ack("t", 0, None, b"v1", producer="p")
+    h.ack("t", 0, 7, b"v2", producer="p")
+    h.read("t", 0, 5, b"v0", committed=False)
+    h.read("t", 0, 7, b"v2", committed=False)
+    r = h.check()
+    assert r.offset_changed == []
+    assert r.lost == [("t", 0, None, b"v1")]
+
+
 def test_read_committed_must_skip_aborted_and_open_transactions_and_keep_committed_ones():
     h = clean()
     h.attempt("t", b"open0", txn="tx")   # a transaction still open: its records must not be read committed
