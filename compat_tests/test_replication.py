@@ -501,6 +501,74 @@ def _acks_all_probe(cluster: KbrokerCluster, h: History, node: int, partition: i
         conn.close()
 
 
+def test_offset_fetch_answers_only_with_commits_the_replicas_hold(tmp_path):
+    """The group coordinator answers reads only with state every in-sync replica holds: with the followers of the
+    ``__consumer_offsets`` partition cut off from its leader (their replica fetches, through the harness's
+    proxies), a commit waits for them, and an OffsetFetch sent meanwhile does not answer with that commit
+    (a leader change could still lose it) until the cut heals and the followers copy it."""
+    from kbroker.protocol.api_keys import ApiKey
+    from kbroker.protocol.messages import OffsetCommitRequest as OC, OffsetCommitResponse
+    from kbroker.protocol.messages import OffsetFetchRequest as OF, OffsetFetchResponse
+    from kbroker.testing.cluster import ask
+
+    cluster = KbrokerCluster(tmp_path, nodes=3, brokers=3, link_proxies=True, overrides={
+        "offsets.topic.num.partitions": 1, "offsets.topic.replication.factor": 3,
+        "replica.lag.time.max.ms": 30000, "offsets.commit.timeout.ms": 20000})
+    with cluster:
+        admin = Admin(cluster)
+        create_topic(admin)
+        group = "settled"
+        c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "enable.auto.commit": False})
+        c.commit(offsets=[TopicPartition(TOPIC, 0, 10)], asynchronous=False)
+        c.close()
+        admin.wait_isr(3, 60, "__consumer_offsets", "the offsets topic's ISR full")
+        coordinator = cluster.nodes[_leader_of(admin, "__consumer_offsets", 0)]
+
+        def commit(offset: int) -> int:
+            resp = ask(coordinator.host, coordinator.port, ApiKey.OFFSET_COMMIT, 8, OC(group_id=group, topics=[
+                OC.OffsetCommitRequestTopic(name=TOPIC, partitions=[
+                    OC.OffsetCommitRequestPartition(partition_index=0, committed_offset=offset)])]),
+                OffsetCommitResponse, timeout=60)
+            return resp.topics[0].partitions[0].error_code
+
+        def fetch() -> tuple[int, int | None]:
+            resp = ask(coordinator.host, coordinator.port, ApiKey.OFFSET_FETCH, 8, OF(groups=[
+                OF.OffsetFetchRequestGroup(group_id=group, topics=[
+                    OF.OffsetFetchRequestTopics(name=TOPIC, partition_indexes=[0])])]),
+                OffsetFetchResponse, timeout=60)
+            g = resp.groups[0]
+            return g.error_code, (g.topics[0].partitions[0].committed_offset if g.topics else None)
+
+        assert fetch() == (ErrorCode.NONE, 10)
+        followers = [b for b in cluster.broker_ids if b != coordinator.node_id]
+        for f in followers:
+            cluster.replication_links[(f, coordinator.node_id)].partition()
+        answers: dict[str, object] = {}
+
+        def in_thread(name: str, fn) -> threading.Thread:  # noqa: ANN001
+            t = threading.Thread(target=lambda: answers.__setitem__(name, (fn(), time.monotonic())), daemon=True)
+            t.start()
+            return t
+
+        committing = in_thread("commit", lambda: commit(42))
+        time.sleep(0.5)
+        fetching = in_thread("fetch", fetch)
+        time.sleep(2.5)
+        seen_while_cut = dict(answers)
+        healed = time.monotonic()
+        for f in followers:
+            cluster.replication_links[(f, coordinator.node_id)].heal()
+        committing.join(60)
+        fetching.join(60)
+        assert seen_while_cut == {}, f"answered while the followers could not copy the commit: {seen_while_cut}"
+        (commit_code, committed_at), (fetched, fetched_at) = answers["commit"], answers["fetch"]
+        assert commit_code == ErrorCode.NONE
+        assert fetched == (ErrorCode.NONE, 42)
+        assert committed_at >= healed and fetched_at >= healed
+        print(f"OffsetFetch answered {fetched_at - healed:.2f} s after the heal, "
+              f"the commit {committed_at - healed:.2f} s")
+
+
 def test_leader_cut_off_from_the_cluster_acknowledges_nothing_that_is_lost(tmp_path):
     """Three controllers and three brokers, every link between nodes through a proxy (controller links and
     broker-to-broker replica fetches): the leader of each partition in turn is cut off from every other node (its

@@ -319,22 +319,32 @@ class GroupCoordinator:
         assert response is not None
         return response
 
-    def consumer_group_describe(self, group_ids: list[str],
-                                include_authorized_operations: bool) -> list[ConsumerGroupDescribeResponse.DescribedGroup]:
+    async def consumer_group_describe(
+            self, group_ids: list[str],
+            include_authorized_operations: bool) -> list[ConsumerGroupDescribeResponse.DescribedGroup]:
+        """One description per group id, answered once what was read is replicated (:meth:`settled`)."""
         from kbroker.coordinator.group.shard import GROUP_AUTHORIZED_OPERATIONS
 
         out = []
+        read: list[tuple[int, int]] = []  # (index in out, partition) of the groups read
         for group_id in group_ids:
             if not group_id:
                 out.append(ConsumerGroupDescribeResponse.DescribedGroup(
                     error_code=ErrorCode.INVALID_GROUP_ID, error_message="Group id can't be empty.",
                     group_id=group_id))
                 continue
+            partition = self.partition_for(group_id)
             try:
-                out.append(self.runtime.read(self.partition_for(group_id), lambda shard: shard.consumer_group_describe(
+                out.append(self.runtime.read(partition, lambda shard: shard.consumer_group_describe(
                     group_id, include_authorized_operations, GROUP_AUTHORIZED_OPERATIONS)))
+                read.append((len(out) - 1, partition))
             except KafkaError as exc:
                 out.append(ConsumerGroupDescribeResponse.DescribedGroup(error_code=exc.code, group_id=group_id))
+        codes = {p: await self.settled(p) for p in dict.fromkeys(p for _, p in read)}
+        for i, partition in read:
+            if codes[partition]:
+                out[i] = ConsumerGroupDescribeResponse.DescribedGroup(error_code=codes[partition],
+                                                                      group_id=out[i].group_id)
         return out
 
     def validate_offset_fetch_member(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
@@ -372,10 +382,20 @@ class GroupCoordinator:
         replication timeout)."""
         return await _replicated(self.writer, self.partition_for(group_id), self.commit_timeout_ms)
 
-    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
-                      require_stable: bool = False) -> tuple[int, list[FetchedOffset]]:
-        """(group error, offsets). With ``require_stable`` a partition whose offset is pending in an open
-        transaction gets UNSTABLE_OFFSET_COMMIT."""
+    async def settled(self, partition: int) -> int:
+        """After a read of ``partition``'s shard: wait until the in-sync replicas hold every record written to it
+        so far, so that the answer shows no state a leader change could still lose (Kafka's coordinators read
+        the state as of the last committed offset; answering once the writes the read saw are committed
+        gives clients the same view). No wait when nothing is pending. The error to answer with instead:
+        NONE, NOT_COORDINATOR when the leadership moved, COORDINATOR_NOT_AVAILABLE after
+        ``offsets.commit.timeout.ms``."""
+        return await _replicated(self.writer, partition, self.commit_timeout_ms)
+
+    async def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                            require_stable: bool = False) -> tuple[int, list[FetchedOffset]]:
+        """(group error, offsets), answered once they are replicated (:meth:`settled`). With
+        ``require_stable`` a partition whose offset is pending in an open transaction gets
+        UNSTABLE_OFFSET_COMMIT."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID, []
 
@@ -383,10 +403,14 @@ class GroupCoordinator:
             offsets = shard.fetch_offsets(group_id, topics)
             return shard.mark_unstable_offsets(group_id, offsets) if require_stable else offsets
 
+        partition = self.partition_for(group_id)
         try:
-            offsets = self.runtime.read(self.partition_for(group_id), fetch)
+            offsets = self.runtime.read(partition, fetch)
         except KafkaError as exc:
             return exc.code, []
+        code = await self.settled(partition)
+        if code:
+            return code, []
         return ErrorCode.NONE, offsets
 
     # ---- transactions
@@ -435,8 +459,11 @@ class GroupCoordinator:
         return result
 
     # ---- admin
-    def list_groups(self, states: set[str] | None, types: set[str] | None) -> tuple[int, list[ListGroupsResponse.ListedGroup]]:
-        groups: list[ListGroupsResponse.ListedGroup] = []
+    async def list_groups(self, states: set[str] | None,
+                          types: set[str] | None) -> tuple[int, list[ListGroupsResponse.ListedGroup]]:
+        """(error, groups) of every loaded shard, answered once what was read is replicated (:meth:`settled`);
+        the groups of a shard whose wait fails are left out and its error is returned."""
+        by_partition: dict[int, list[ListGroupsResponse.ListedGroup]] = {}
         error = ErrorCode.NONE
         for partition in self.runtime.partitions():
             state = self.runtime.state_of(partition)
@@ -445,21 +472,37 @@ class GroupCoordinator:
                 continue
             if state is not ShardState.ACTIVE:
                 continue
-            groups.extend(self.runtime.read(partition, lambda shard: shard.list_groups(states, types)))
+            by_partition[partition] = self.runtime.read(partition, lambda shard: shard.list_groups(states, types))
+        groups: list[ListGroupsResponse.ListedGroup] = []
+        for partition, listed in by_partition.items():
+            code = await self.settled(partition) if listed else ErrorCode.NONE
+            if code:
+                error = code
+            else:
+                groups.extend(listed)
         return error, groups
 
-    def describe_groups(self, group_ids: list[str], api_version: int,
-                        include_authorized_operations: bool) -> list[DescribeGroupsResponse.DescribedGroup]:
+    async def describe_groups(self, group_ids: list[str], api_version: int,
+                              include_authorized_operations: bool) -> list[DescribeGroupsResponse.DescribedGroup]:
+        """One description per group id, answered once what was read is replicated (:meth:`settled`)."""
         out = []
+        read: list[tuple[int, int]] = []  # (index in out, partition) of the groups read
         for group_id in group_ids:
+            partition = self.partition_for(group_id)
             try:
                 out.append(self.runtime.read(
-                    self.partition_for(group_id),
+                    partition,
                     lambda shard: shard.describe_group(group_id, api_version, include_authorized_operations)))
+                read.append((len(out) - 1, partition))
             except KafkaError as exc:
                 out.append(DescribeGroupsResponse.DescribedGroup(
                     error_code=exc.code, group_id=group_id,
                     authorized_operations=-2147483648))
+        codes = {p: await self.settled(p) for p in dict.fromkeys(p for _, p in read)}
+        for i, partition in read:
+            if codes[partition]:
+                out[i] = DescribeGroupsResponse.DescribedGroup(error_code=codes[partition], group_id=out[i].group_id,
+                                                               authorized_operations=-2147483648)
         return out
 
     def delete_groups(self, group_ids: list[str]) -> list[DeleteGroupsResponse.DeletableGroupResult]:

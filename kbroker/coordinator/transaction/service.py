@@ -242,19 +242,34 @@ class TransactionCoordinator:
         assert result is not None
         return result
 
-    def describe(self, transactional_id: str) -> DescribeTransactionsResponse.TransactionState:
+    async def settled(self, partition: int) -> int:
+        """After a read of ``partition``'s shard: wait until its in-sync replicas hold every record written so
+        far (see :meth:`GroupCoordinator.settled <kbroker.coordinator.group.service.GroupCoordinator.settled>`);
+        the error to answer with instead (NONE, NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE)."""
+        from kbroker.coordinator.group.service import _replicated
+
+        return await _replicated(self.writer, partition, self.commit_timeout_ms)
+
+    async def describe(self, transactional_id: str) -> DescribeTransactionsResponse.TransactionState:
+        """DescribeTransactions for one id, answered once what was read is replicated (:meth:`settled`)."""
         if not transactional_id:
             return DescribeTransactionsResponse.TransactionState(transactional_id=transactional_id,
                                                                  error_code=ErrorCode.INVALID_REQUEST)
+        partition = self.partition_for(transactional_id)
         try:
-            return self.runtime.read(self.partition_for(transactional_id),
-                                     lambda shard: shard.describe(transactional_id))
+            described = self.runtime.read(partition, lambda shard: shard.describe(transactional_id))
         except KafkaError as exc:
             return DescribeTransactionsResponse.TransactionState(transactional_id=transactional_id,
                                                                  error_code=exc.code)
+        code = await self.settled(partition)
+        if code:
+            return DescribeTransactionsResponse.TransactionState(transactional_id=transactional_id, error_code=code)
+        return described
 
-    def list_transactions(self, state_filters: list[str], producer_ids: list[int], duration_ms: int,
-                          pattern: str | None) -> ListTransactionsResponse:
+    async def list_transactions(self, state_filters: list[str], producer_ids: list[int], duration_ms: int,
+                                pattern: str | None) -> ListTransactionsResponse:
+        """ListTransactions over every loaded shard, answered once what was read is replicated (:meth:`settled`;
+        the transactions of a shard whose wait fails are left out and its error is returned)."""
         resp = ListTransactionsResponse()
         states: set[TransactionState] = set()
         for name in state_filters:
@@ -271,6 +286,7 @@ class TransactionCoordinator:
             resp.error_code = ErrorCode.INVALID_REGULAR_EXPRESSION
             return resp
         now = self.scheduler.now_ms()
+        by_partition = {}
         for partition in self.runtime.partitions():
             state = self.runtime.state_of(partition)
             if state is ShardState.LOADING:
@@ -278,8 +294,14 @@ class TransactionCoordinator:
                 continue
             if state is not ShardState.ACTIVE:
                 continue
-            resp.transaction_states.extend(self.runtime.read(partition, lambda shard: shard.list_transactions(
-                states, set(producer_ids), duration_ms, regex, now)))
+            by_partition[partition] = self.runtime.read(partition, lambda shard: shard.list_transactions(
+                states, set(producer_ids), duration_ms, regex, now))
+        for partition, listed in by_partition.items():
+            code = await self.settled(partition) if listed else ErrorCode.NONE
+            if code:
+                resp.error_code = code
+            else:
+                resp.transaction_states.extend(listed)
         return resp
 
     # ---- markers

@@ -4,6 +4,7 @@ Behavior: per group its state (Empty, Assigning, Reconciling, Stable), group epo
 assignor, and every member with its subscription, current assignment and target assignment (topic ids and
 names). A classic group or an unknown group is answered GROUP_ID_NOT_FOUND: the Admin client then describes
 it with DescribeGroups. Authorized operations (when asked for): READ, DELETE and DESCRIBE (no authorizer).
+Answered once the in-sync replicas hold what was read (a group whose wait fails gets its error).
 Version notes: v1: ``MemberType`` (1 = consumer protocol member).
 """
 
@@ -17,6 +18,6 @@ VERSIONS = range(0, 2)
 
 
 async def handle(ctx, request: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
-    groups = ctx.broker.group_coordinator.consumer_group_describe(list(request.group_ids),
-                                                                  request.include_authorized_operations)
+    groups = await ctx.broker.group_coordinator.consumer_group_describe(list(request.group_ids),
+                                                                        request.include_authorized_operations)
     return ConsumerGroupDescribeResponse(groups=groups)

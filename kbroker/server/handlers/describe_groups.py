@@ -4,6 +4,7 @@ Behavior: per group its state, protocol type, and members (member id, instance i
 in Stable also the chosen protocol and each member's metadata and assignment. An unknown group is reported
 as state ``Dead`` without error before v6 and as GROUP_ID_NOT_FOUND from v6 (the Admin client relies on
 this). Authorized operations (v3+, when asked for) are READ, DELETE and DESCRIBE: there is no authorizer.
+Answered once the in-sync replicas hold what was read (a group whose wait fails gets its error).
 Version notes: v3: authorized operations; v4: group instance id; v5: flexible; v6: error message.
 """
 
@@ -19,5 +20,5 @@ VERSIONS = range(0, 7)
 async def handle(ctx, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
     version = ctx.api_version
     include = request.include_authorized_operations if version >= 3 else False
-    groups = ctx.broker.group_coordinator.describe_groups(list(request.groups), version, include)
+    groups = await ctx.broker.group_coordinator.describe_groups(list(request.groups), version, include)
     return DescribeGroupsResponse(groups=groups)

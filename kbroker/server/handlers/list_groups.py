@@ -3,7 +3,7 @@
 Behavior: every group of every ``__consumer_offsets`` partition this node leads, with its protocol type,
 state (v4+) and type (v5+: ``classic``). Filters: ``StatesFilter`` (v4+) and ``TypesFilter`` (v5+), both
 case-insensitive; empty means all. COORDINATOR_LOAD_IN_PROGRESS while a partition is still loading (the
-groups of the loaded partitions are listed).
+groups of the loaded partitions are listed). Answered once the in-sync replicas hold what was read.
 Version notes: v3: flexible; v4: states; v5: types.
 """
 
@@ -20,6 +20,6 @@ async def handle(ctx, request: ListGroupsRequest) -> ListGroupsResponse:
     version = ctx.api_version
     states = {s.lower() for s in request.states_filter} if version >= 4 and request.states_filter else None
     types = {t.lower() for t in request.types_filter} if version >= 5 and request.types_filter else None
-    error, groups = ctx.broker.group_coordinator.list_groups(states, types)
+    error, groups = await ctx.broker.group_coordinator.list_groups(states, types)
     groups.sort(key=lambda g: g.group_id)
     return ListGroupsResponse(error_code=error, groups=groups)

@@ -5,7 +5,8 @@ Behavior:
   state; filters: states (names unknown to Kafka are returned in ``UnknownStateFilters`` and match nothing),
   producer ids, (v1) transactions running for at least ``DurationFilter`` ms, (v2) a regular expression the
   whole transactional id must match (INVALID_REGULAR_EXPRESSION if it does not compile);
-* COORDINATOR_LOAD_IN_PROGRESS while a partition is still loading (the ids of the loaded ones are listed).
+* COORDINATOR_LOAD_IN_PROGRESS while a partition is still loading (the ids of the loaded ones are listed);
+* answered once the in-sync replicas hold what was read.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ VERSIONS = range(0, 3)
 
 async def handle(ctx, request: ListTransactionsRequest) -> ListTransactionsResponse:
     version = ctx.api_version
-    return ctx.broker.transaction_coordinator.list_transactions(
+    return await ctx.broker.transaction_coordinator.list_transactions(
         list(request.state_filters), list(request.producer_id_filters),
         request.duration_filter if version >= 1 else -1,
         request.transactional_id_pattern if version >= 2 else None)

@@ -5,7 +5,10 @@ Behavior:
   commit get offset -1 and empty metadata with no error; a null topic list (v2+) means every partition the
   group committed;
 * v8+: several groups per request, each answered separately (with its own coordinator error);
-* ``RequireStable`` (v7+) never waits: there are no pending transactional offsets yet;
+* ``RequireStable`` (v7+): a partition with an offset pending in an open transaction gets UNSTABLE_OFFSET_COMMIT;
+* answered once every in-sync replica of the group's ``__consumer_offsets`` partition holds what was read (no
+  wait when nothing is pending): a client never sees a commit that a leader change could still lose;
+  COORDINATOR_NOT_AVAILABLE after ``offsets.commit.timeout.ms``, NOT_COORDINATOR if the leadership moved;
 * coordinator errors (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS) go to the top-level error (v2-7), to
   every partition (v1) or to the group (v8+).
 Version notes:
@@ -47,12 +50,12 @@ def _group_topic(name: str, topic_id: bytes, items) -> R.OffsetFetchResponseTopi
                                         error_code=o.error_code) for o in items])
 
 
-def _fetch_group_by_ids(ctx, g, require_stable: bool) -> R.OffsetFetchResponseGroup:
+async def _fetch_group_by_ids(ctx, g, require_stable: bool) -> R.OffsetFetchResponseGroup:
     """v10: the requested topics are topic ids; the committed offsets are keyed by name."""
     image = ctx.broker.controller.image
     gc = ctx.broker.group_coordinator
     if g.topics is None:
-        error, offsets = gc.fetch_offsets(g.group_id, None, require_stable)
+        error, offsets = await gc.fetch_offsets(g.group_id, None, require_stable)
         out = R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error)
         if error == ErrorCode.NONE:
             for name, items in _by_topic(offsets).items():
@@ -65,7 +68,7 @@ def _fetch_group_by_ids(ctx, g, require_stable: bool) -> R.OffsetFetchResponseGr
         topic = image.topics_by_id.get(t.topic_id)
         resolved.append((t.topic_id, topic.name if topic is not None else None, list(t.partition_indexes)))
     known = [(name, parts) for _, name, parts in resolved if name is not None]
-    error, offsets = gc.fetch_offsets(g.group_id, known, require_stable)
+    error, offsets = await gc.fetch_offsets(g.group_id, known, require_stable)
     out = R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error)
     if error != ErrorCode.NONE:
         return out
@@ -94,9 +97,9 @@ async def handle(ctx, request: OffsetFetchRequest) -> R:
                 resp.groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error))
                 continue
             if version >= 10:
-                resp.groups.append(_fetch_group_by_ids(ctx, g, request.require_stable))
+                resp.groups.append(await _fetch_group_by_ids(ctx, g, request.require_stable))
                 continue
-            error, offsets = gc.fetch_offsets(g.group_id, _group_topics(ctx, g.topics), request.require_stable)
+            error, offsets = await gc.fetch_offsets(g.group_id, _group_topics(ctx, g.topics), request.require_stable)
             out = R.OffsetFetchResponseGroup(group_id=g.group_id, error_code=error)
             if error == ErrorCode.NONE:
                 for topic, items in _by_topic(offsets).items():
@@ -104,7 +107,7 @@ async def handle(ctx, request: OffsetFetchRequest) -> R:
             resp.groups.append(out)
         return resp
     topics = request.topics if version >= 2 else (request.topics or [])
-    error, offsets = gc.fetch_offsets(request.group_id, _group_topics(ctx, topics),
+    error, offsets = await gc.fetch_offsets(request.group_id, _group_topics(ctx, topics),
                                       request.require_stable if version >= 7 else False)
     resp = R(error_code=error)
     if error != ErrorCode.NONE:
