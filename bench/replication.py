@@ -313,7 +313,8 @@ def failover(args: argparse.Namespace, root: str) -> None:
                  "broker.heartbeat.interval.ms": args.heartbeat_interval_ms}
     say(f"failover: kill -9 the leader of {TOPIC}-0 (RF 3, min.insync.replicas 2, {PARTITIONS} partitions) under "
         f"an idempotent acks=all load of ~1,000 records/s, {args.kills} times; broker.session.timeout.ms="
-        f"{args.session_timeout_ms}, broker.heartbeat.interval.ms={args.heartbeat_interval_ms}; {load()}")
+        f"{args.session_timeout_ms}, broker.heartbeat.interval.ms={args.heartbeat_interval_ms}, the producer's "
+        f"topic.metadata.refresh.interval.ms={args.metadata_refresh_ms}; {load()}")
     times: list[float] = []
     moved: list[float] = []
     of_controller: list[bool] = []
@@ -322,7 +323,8 @@ def failover(args: argparse.Namespace, root: str) -> None:
         admin = Admin(cluster)
         create_topic(admin)
         h = History()
-        w = TimedWriter(cluster.bootstrap, h, "failover").start()
+        w = TimedWriter(cluster.bootstrap, h, "failover",
+                        {"topic.metadata.refresh.interval.ms": args.metadata_refresh_ms}).start()
         try:
             w.wait_acked(1000, 60)
             for k in range(args.kills):
@@ -521,6 +523,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="broker.heartbeat.interval.ms (default 2000, Kafka's)")
     f.add_argument("--time-limit", type=float, default=3600.0,
                    help="stop starting new kills after this many seconds (default 3600)")
+    f.add_argument("--metadata-refresh-ms", type=int, default=1000,
+                   help="the producer's topic.metadata.refresh.interval.ms (default 1000): how soon it asks the "
+                        "survivors again for the new leader (a dead leader cannot answer with a KIP-951 hint)")
 
     c = sub.add_parser("catchup", help="a wiped follower copying everything back into the ISR")
     c.add_argument("--mb", type=int, default=500, help="MB on the topic (default 500)")

@@ -41,7 +41,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -129,7 +129,8 @@ class Writer:
     """An idempotent acks=all confluent-kafka producer writing unique values round-robin over the partitions,
     in a thread, recording attempts and acknowledgements in a :class:`History`."""
 
-    def __init__(self, bootstrap: str, h: History, prefix: str) -> None:
+    def __init__(self, bootstrap: str, h: History, prefix: str, config: Mapping[str, Any] | None = None) -> None:
+        """``config``: librdkafka settings over the ones below."""
         self.h = h
         self.prefix = prefix
         # request.timeout.ms 5 s (30 s by default): a leader cut off from the cluster holds acks=all produce
@@ -142,7 +143,7 @@ class Writer:
         self.p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
                            "linger.ms": 2, "message.timeout.ms": 120000, "retry.backoff.ms": 50,
                            "request.timeout.ms": 5000, "enable.sparse.connections": False,
-                           "topic.metadata.refresh.interval.ms": 1000})
+                           "topic.metadata.refresh.interval.ms": 1000, **(config or {})})
         self.acked = 0
         #: per partition: acknowledgements of records produced after the last mark()
         self.acked_in = [0] * PARTITIONS
