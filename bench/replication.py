@@ -314,7 +314,8 @@ def failover(args: argparse.Namespace, root: str) -> None:
     say(f"failover: kill -9 the leader of {TOPIC}-0 (RF 3, min.insync.replicas 2, {PARTITIONS} partitions) under "
         f"an idempotent acks=all load of ~1,000 records/s, {args.kills} times; broker.session.timeout.ms="
         f"{args.session_timeout_ms}, broker.heartbeat.interval.ms={args.heartbeat_interval_ms}, the producer's "
-        f"topic.metadata.refresh.interval.ms={args.metadata_refresh_ms}; {load()}")
+        f"topic.metadata.refresh.interval.ms={args.metadata_refresh_ms}"
+        f"{''.join(', ' + kv for kv in args.producer_config)}; {load()}")
     times: list[float] = []
     moved: list[float] = []
     of_controller: list[bool] = []
@@ -323,8 +324,9 @@ def failover(args: argparse.Namespace, root: str) -> None:
         admin = Admin(cluster)
         create_topic(admin)
         h = History()
+        extra = dict(kv.split("=", 1) for kv in args.producer_config)
         w = TimedWriter(cluster.bootstrap, h, "failover",
-                        {"topic.metadata.refresh.interval.ms": args.metadata_refresh_ms}).start()
+                        {"topic.metadata.refresh.interval.ms": args.metadata_refresh_ms, **extra}).start()
         try:
             w.wait_acked(1000, 60)
             for k in range(args.kills):
@@ -526,6 +528,8 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--metadata-refresh-ms", type=int, default=1000,
                    help="the producer's topic.metadata.refresh.interval.ms (default 1000): how soon it asks the "
                         "survivors again for the new leader (a dead leader cannot answer with a KIP-951 hint)")
+    f.add_argument("--producer-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="another librdkafka setting of the producer, e.g. retry.backoff.max.ms=250 (repeatable)")
 
     c = sub.add_parser("catchup", help="a wiped follower copying everything back into the ISR")
     c.add_argument("--mb", type=int, default=500, help="MB on the topic (default 500)")
