@@ -112,15 +112,18 @@ class LeaderEpochCache:
         """OffsetForLeaderEpoch: ``(epoch, end_offset)`` for the largest known epoch <= ``requested_epoch``.
 
         The end offset is the start offset of the next larger epoch, or ``log_end_offset`` when that epoch is
-        the latest. ``(-1, -1)`` if ``requested_epoch`` is below every known epoch or the cache is empty.
+        the latest (or ``requested_epoch`` is newer than every known one). ``requested_epoch`` below every known
+        epoch: ``(requested_epoch, start offset of the first known epoch)``, as Kafka's LeaderEpochFileCache
+        answers (that epoch's records, if any, are gone; a follower truncates there and a consumer's position
+        check compares with it). ``(-1, -1)`` when the cache is empty or ``requested_epoch`` is -1.
         """
-        if not self._epochs:
+        if not self._epochs or requested_epoch < 0:
             return UNDEFINED_EPOCH, UNDEFINED_OFFSET
         if requested_epoch >= self._epochs[-1]:
             return self._epochs[-1], log_end_offset
         i = bisect.bisect_right(self._epochs, requested_epoch) - 1
         if i < 0:
-            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+            return requested_epoch, self._starts[0]
         return self._epochs[i], self._starts[i + 1]
 
     # -- updates -------------------------------------------------------------------------------------

@@ -84,6 +84,11 @@ def test_leader_epoch_cache(tmp_path: Path) -> None:
     assert c.end_offset_for(1, 50) == (0, 10)
     assert c.end_offset_for(2, 50) == (2, 30)
     assert c.end_offset_for(7, 50) == (5, 50)
+    assert c.end_offset_for(-1, 50) == (-1, -1)
+    c2 = LeaderEpochCache(None)
+    c2.assign(3, 20)
+    c2.assign(4, 25)
+    assert c2.end_offset_for(1, 40) == (1, 20)  # older than every known epoch: it ends where the first starts
     assert LeaderEpochCache(path).entries() == [(0, 0), (2, 10), (5, 30)]
     c.truncate_from_end(30)
     assert c.entries() == [(0, 0), (2, 10)]

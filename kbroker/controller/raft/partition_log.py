@@ -135,11 +135,11 @@ class PartitionRaftLog:
             if pl.log_end_offset == start:
                 return (start_epoch, start) if epoch >= start_epoch else (-1, start)
             found, end = pl.leader_epoch_cache.end_offset_for(epoch, self.end_offset)
-            if found < 0:
+            if found < 0 or epoch < pl.leader_epoch_cache.earliest_epoch:
                 return (start_epoch, start) if epoch >= start_epoch else (-1, start)
             return (found, end)
         found, end = pl.leader_epoch_cache.end_offset_for(epoch, self.end_offset)
-        if found < 0:
+        if found < 0 or epoch < pl.leader_epoch_cache.earliest_epoch:
             return (0, 0)
         return (found, end)
 

@@ -222,12 +222,9 @@ def follower_position(rm, part, replica_id: int, fp, pd, version: int, now_ms: i
         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"node {replica_id} is not a follower of this partition")
     log = part.log
     if fp.last_fetched_epoch >= 0 and version >= 12:
+        # a last epoch older than any this log has "ends" where this log's first epoch starts, and the follower
+        # truncates there (see LeaderEpochCache.end_offset_for)
         epoch, end_offset = log.leader_epoch_cache.end_offset_for(fp.last_fetched_epoch, log.log_end_offset)
-        if epoch < 0 and log.leader_epoch_cache.latest_epoch >= 0:
-            # the follower's last epoch is older than any this log has: as Kafka's cache answers, that epoch
-            # "ends" where this log's first epoch starts, and the follower truncates there (a DivergingEpoch of
-            # (-1, -1) reads as "no divergence": it kept its stale records and fetched again for ever)
-            epoch, end_offset = fp.last_fetched_epoch, log.leader_epoch_cache.entries()[0][1]
         if epoch != fp.last_fetched_epoch or end_offset < fp.fetch_offset:
             pd.diverging_epoch.epoch = epoch
             pd.diverging_epoch.end_offset = end_offset
