@@ -35,7 +35,8 @@ Behavior:
   answers a consumer's partition whose ``RackId`` another in-sync replica suits better
   (:mod:`kbroker.server.replica_selector`) with ``PreferredReadReplica``, its offsets and no records, at once;
 Version notes:
-* v9: CurrentLeaderEpoch checks (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH); v13+: topic ids
+* v9: CurrentLeaderEpoch checks (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH), before the leadership, as Kafka
+  (a follower ahead of its leader's metadata gets UNKNOWN_LEADER_EPOCH, not NOT_LEADER_OR_FOLLOWER); v13+: topic ids
   (UNKNOWN_TOPIC_ID); v15: ReplicaState; v18: HighWatermark tag (used by replication later).
 """
 
@@ -137,11 +138,12 @@ def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, re
             try:
                 if topic_error:
                     raise KafkaError(topic_error)
-                if replica_id < 0 and version >= 11:  # KIP-392: a consumer may read from a follower
-                    part = rm.get_partition(topic.name, fp.partition)
-                else:
-                    part = rm.get_leader_partition(topic.name, fp.partition)
+                part = rm.get_partition(topic.name, fp.partition)
+                # the epoch first, as Kafka: a follower that learned of a new leadership before its leader did
+                # gets UNKNOWN_LEADER_EPOCH (and asks again soon), not NOT_LEADER_OR_FOLLOWER
                 part.check_leader_epoch(fp.current_leader_epoch)
+                if (replica_id >= 0 or version < 11) and not part.is_leader:  # KIP-392: consumers may use followers
+                    raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
                 if replica_id < 0 and version >= 11 and request.rack_id and _redirect(ctx, part, fp, pd,
                                                                                      request.rack_id, now_ms):
                     had_error = True

@@ -35,8 +35,10 @@ async def handle(ctx, request: ListOffsetsRequest) -> ListOffsetsResponse:
                                                                    timestamp=-1, offset=-1, leader_epoch=-1)
             out_t.partitions.append(out)
             try:
-                part = rm.get_leader_partition(t.name, p.partition_index)
-                part.check_leader_epoch(p.current_leader_epoch)
+                part = rm.get_partition(t.name, p.partition_index)
+                part.check_leader_epoch(p.current_leader_epoch)  # before leadership, as Kafka
+                if not part.is_leader:
+                    raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
                 upper = part.last_stable_offset if read_committed else part.high_watermark
                 ts = p.timestamp
                 if ts == LATEST:

@@ -26,10 +26,10 @@ API_KEY = ApiKey.OFFSET_FOR_LEADER_EPOCH
 VERSIONS = range(2, 5)
 
 
-def end_offset(part, current_leader_epoch: int, leader_epoch: int, local_id: int) -> tuple[int, int]:
+def end_offset(part, current_leader_epoch: int, leader_epoch: int) -> tuple[int, int]:
     """``(leader epoch, end offset)`` for ``leader_epoch`` on the leader replica ``part``; KafkaError as above."""
     part.check_leader_epoch(current_leader_epoch)
-    if part.leader != local_id:
+    if not part.is_leader:
         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
     log = part.log
     cache = log.leader_epoch_cache
@@ -40,7 +40,6 @@ def end_offset(part, current_leader_epoch: int, leader_epoch: int, local_id: int
 
 async def handle(ctx, request: OffsetForLeaderEpochRequest) -> R:
     rm = ctx.broker.replica_manager
-    local_id = ctx.broker.node_id
     resp = R()
     for t in request.topics:
         out_t = R.OffsetForLeaderTopicResult(topic=t.topic)
@@ -50,7 +49,7 @@ async def handle(ctx, request: OffsetForLeaderEpochRequest) -> R:
             out_t.partitions.append(out)
             try:
                 part = rm.get_partition(t.topic, p.partition)
-                out.leader_epoch, out.end_offset = end_offset(part, p.current_leader_epoch, p.leader_epoch, local_id)
+                out.leader_epoch, out.end_offset = end_offset(part, p.current_leader_epoch, p.leader_epoch)
             except KafkaError as exc:
                 out.error_code = exc.code
     return resp
