@@ -262,6 +262,9 @@ def test_execute_moves_data_under_a_throttle_and_verify_waits(cluster, bootstrap
     listed = tool("kbroker-reassign-partitions", "--bootstrap-server", bootstrap, "--list").stdout
     assert listed.splitlines()[0] == "Current partition reassignments:", listed
     assert f"heavy-0: replicas: {dest},{source}. adding: {dest}. removing: {source}." in listed, listed
+    # --execute's configs are committed by the controller; the broker described below may replay them a moment
+    # later (CI once saw none on the first check)
+    wait_until(lambda: throttles(cluster, "heavy")["heavy"], 10, "the throttles of --execute on the topic")
     statuses = []
     while time.monotonic() - started < 60:
         out = tool("kbroker-reassign-partitions", "--bootstrap-server", bootstrap, "--verify",
@@ -269,7 +272,11 @@ def test_execute_moves_data_under_a_throttle_and_verify_waits(cluster, bootstrap
         statuses.append(out.splitlines()[1])
         if "is completed" in out:
             break
-        assert throttles(cluster, "heavy")["heavy"], "throttles cleared while the move is in progress"
+        # "still in progress": the move is listed, the throttles stay. "There is no active reassignment of
+        # partition heavy-0, but replica set is ...": the controller finished it and the broker --verify described
+        # the topic on had not replayed that yet; --verify then clears the throttles, as Kafka's does
+        if "still in progress" in statuses[-1]:
+            assert throttles(cluster, "heavy")["heavy"], "throttles cleared while the move is in progress"
         time.sleep(0.3)
     took = time.monotonic() - started
     assert statuses[0] == "Reassignment of partition heavy-0 is still in progress.", statuses
