@@ -475,7 +475,7 @@ class GroupCoordinator:
             by_partition[partition] = self.runtime.read(partition, lambda shard: shard.list_groups(states, types))
         groups: list[ListGroupsResponse.ListedGroup] = []
         for partition, listed in by_partition.items():
-            code = await self.settled(partition) if listed else ErrorCode.NONE
+            code = await self.settled(partition)  # an empty shard too: a deletion may be pending
             if code:
                 error = code
             else:

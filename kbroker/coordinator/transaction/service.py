@@ -297,7 +297,7 @@ class TransactionCoordinator:
             by_partition[partition] = self.runtime.read(partition, lambda shard: shard.list_transactions(
                 states, set(producer_ids), duration_ms, regex, now))
         for partition, listed in by_partition.items():
-            code = await self.settled(partition) if listed else ErrorCode.NONE
+            code = await self.settled(partition)  # an empty shard too: an expiration may be pending
             if code:
                 resp.error_code = code
             else:
