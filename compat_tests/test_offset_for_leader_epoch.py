@@ -11,20 +11,16 @@
 
 from __future__ import annotations
 
-import struct
-import socket
 import urllib.request
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kbroker.protocol import codec
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
-from kbroker.protocol.headers import encode_request_header, response_header_version
 from kbroker.protocol.messages import OffsetForLeaderEpochRequest as Q, OffsetForLeaderEpochResponse as R
-from kbroker.testing.cluster import KbrokerCluster, wait_until
+from kbroker.testing.cluster import KbrokerCluster, ask, wait_until
 from kbroker.testing.plugin import free_port
 
 pytestmark = pytest.mark.timeout(300)
@@ -34,29 +30,13 @@ FAST = {"broker.session.timeout.ms": 3000, "broker.heartbeat.interval.ms": 300, 
         "topic.metadata.refresh.interval.ms": 1000}
 
 
-def _recv(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("closed")
-        out += chunk
-    return out
-
-
 def epochs_of(node, partitions: list[tuple[int, int, int]], version: int = 4,
               topic: str = TOPIC) -> list[tuple[int, int, int]]:
     """``(error, leader epoch, end offset)`` per ``(partition, current leader epoch, leader epoch)`` asked."""
     req = Q(replica_id=-1, topics=[Q.OffsetForLeaderTopic(topic=topic, partitions=[
         Q.OffsetForLeaderPartition(partition=p, current_leader_epoch=cur, leader_epoch=e)
         for p, cur, e in partitions])])
-    body = encode_request_header(ApiKey.OFFSET_FOR_LEADER_EPOCH, version, 7, "epochs-test") + codec.encode(req, version)
-    with socket.create_connection((node.host, node.port), timeout=10) as sock:
-        sock.sendall(struct.pack(">i", len(body)) + body)
-        frame = _recv(sock, struct.unpack(">i", _recv(sock, 4))[0])
-    assert struct.unpack_from(">i", frame)[0] == 7
-    pos = 4 if response_header_version(ApiKey.OFFSET_FOR_LEADER_EPOCH, version) == 0 else codec._skip_tagged(frame, 4)
-    resp, _ = codec.decode(R, frame, version, pos)
+    resp = ask(node.host, node.port, ApiKey.OFFSET_FOR_LEADER_EPOCH, version, req, R, timeout=10)
     assert [t.topic for t in resp.topics] == [topic]
     return [(p.error_code, p.leader_epoch, p.end_offset) for p in resp.topics[0].partitions]
 

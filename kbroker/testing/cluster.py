@@ -378,16 +378,17 @@ class KbrokerCluster:
 
 def ask(host: str, port: int, api_key: int, version: int, request: Any, response_cls: type,
          timeout: float = 5.0) -> Any:
-    """One request in a flexible version through kbroker's codec, on a fresh connection; the decoded answer."""
+    """One request through kbroker's codec, on a fresh connection; the decoded answer."""
     from kbroker.protocol import codec
-    from kbroker.protocol.headers import encode_request_header
+    from kbroker.protocol.headers import encode_request_header, response_header_version
 
     body = encode_request_header(api_key, version, 1, "kbroker-cluster-harness") + codec.encode(request, version)
     with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.sendall(struct.pack(">i", len(body)) + body)
         size = struct.unpack(">i", _recv_exactly(sock, 4))[0]
         frame = _recv_exactly(sock, size)
-    pos = codec._skip_tagged(frame, 4)  # correlation id, then the flexible response header's tags
+    # the correlation id, then (flexible versions) the response header's tags
+    pos = 4 if response_header_version(api_key, version) == 0 else codec._skip_tagged(frame, 4)
     resp, _ = codec.decode(response_cls, frame, version, pos)
     return resp
 

@@ -340,11 +340,8 @@ class GroupCoordinator:
                 read.append((len(out) - 1, partition))
             except KafkaError as exc:
                 out.append(ConsumerGroupDescribeResponse.DescribedGroup(error_code=exc.code, group_id=group_id))
-        codes = {p: await self.settled(p) for p in dict.fromkeys(p for _, p in read)}
-        for i, partition in read:
-            if codes[partition]:
-                out[i] = ConsumerGroupDescribeResponse.DescribedGroup(error_code=codes[partition],
-                                                                      group_id=out[i].group_id)
+        await self._settle_each(out, read, lambda code, group_id: ConsumerGroupDescribeResponse.DescribedGroup(
+            error_code=code, group_id=group_id))
         return out
 
     def validate_offset_fetch_member(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
@@ -390,6 +387,15 @@ class GroupCoordinator:
         NONE, NOT_COORDINATOR when the leadership moved, COORDINATOR_NOT_AVAILABLE after
         ``offsets.commit.timeout.ms``."""
         return await _replicated(self.writer, partition, self.commit_timeout_ms)
+
+    async def _settle_each(self, out: list[Any], read: list[tuple[int, int]],
+                           failed: Callable[[int, str], Any]) -> None:
+        """:meth:`settled` for every partition in ``read`` (``(index in out, partition)`` of the groups read); a
+        group whose partition's wait fails is replaced in ``out`` by ``failed(error code, group id)``."""
+        codes = {p: await self.settled(p) for p in dict.fromkeys(p for _, p in read)}
+        for i, partition in read:
+            if codes[partition]:
+                out[i] = failed(codes[partition], out[i].group_id)
 
     async def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
                             require_stable: bool = False) -> tuple[int, list[FetchedOffset]]:
@@ -498,11 +504,8 @@ class GroupCoordinator:
                 out.append(DescribeGroupsResponse.DescribedGroup(
                     error_code=exc.code, group_id=group_id,
                     authorized_operations=-2147483648))
-        codes = {p: await self.settled(p) for p in dict.fromkeys(p for _, p in read)}
-        for i, partition in read:
-            if codes[partition]:
-                out[i] = DescribeGroupsResponse.DescribedGroup(error_code=codes[partition], group_id=out[i].group_id,
-                                                               authorized_operations=-2147483648)
+        await self._settle_each(out, read, lambda code, group_id: DescribeGroupsResponse.DescribedGroup(
+            error_code=code, group_id=group_id, authorized_operations=-2147483648))
         return out
 
     def delete_groups(self, group_ids: list[str]) -> list[DeleteGroupsResponse.DeletableGroupResult]:
