@@ -42,16 +42,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+def create_topic(bootstrap: str, name: str, partitions: int = 1, conf: dict | None = None) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(conf or {})})
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
 
 
-def bench_produce(bootstrap: str, pid: int, topic: str, count: int, size: int, acks: str, compression: str) -> dict:
+def bench_produce(bootstrap: str, pid: int, topic: str, count: int, size: int, acks: str, compression: str,
+                  conf: dict | None = None) -> dict:
+    """``conf``: more client properties (e.g. TLS settings, bench/tls.py)."""
     producer = Producer({
         "bootstrap.servers": bootstrap, "acks": acks, "compression.type": compression, "linger.ms": 5,
         "batch.size": 1 << 20, "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_000_000,
-        "enable.idempotence": acks == "all",
+        "enable.idempotence": acks == "all", **(conf or {}),
     })
     payload = os.urandom(size // 2).hex().encode()[:size] if compression == "none" else (b"abcdefghij" * (size // 10 + 1))[:size]
     errors = []
@@ -78,11 +80,11 @@ def bench_produce(bootstrap: str, pid: int, topic: str, count: int, size: int, a
             "records/s": count / elapsed, "broker_cpu_s": cpu, "broker_cpu_s_per_GB": cpu / gb}
 
 
-def bench_consume(bootstrap: str, pid: int, topic: str, count: int, size: int) -> dict:
+def bench_consume(bootstrap: str, pid: int, topic: str, count: int, size: int, conf: dict | None = None) -> dict:
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
         "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760, "queued.max.messages.kbytes": 1048576,
-        "fetch.wait.max.ms": 100,
+        "fetch.wait.max.ms": 100, **(conf or {}),
     })
     consumer.assign([TopicPartition(topic, 0, 0)])
     got = 0

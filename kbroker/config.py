@@ -11,6 +11,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+#: Kafka's defaults of the ``ssl.*`` keys (read per listener by :mod:`kbroker.security.tls`)
+SSL_DEFAULTS: dict[str, str] = {
+    "ssl.protocol": "TLSv1.3",
+    "ssl.enabled.protocols": "TLSv1.2,TLSv1.3",
+    "ssl.cipher.suites": "",
+    "ssl.keystore.type": "JKS",
+    "ssl.keystore.location": "",
+    "ssl.keystore.password": "",
+    "ssl.key.password": "",
+    "ssl.keystore.certificate.chain": "",
+    "ssl.keystore.key": "",
+    "ssl.truststore.type": "JKS",
+    "ssl.truststore.location": "",
+    "ssl.truststore.password": "",
+    "ssl.truststore.certificates": "",
+    "ssl.client.auth": "none",
+    "ssl.endpoint.identification.algorithm": "https",
+    "ssl.principal.mapping.rules": "DEFAULT",
+}
+
 # Kafka broker defaults for the keys kbroker reads (facts from Kafka's documentation of broker configs).
 BROKER_DEFAULTS: dict[str, str] = {
     "process.roles": "broker,controller",
@@ -91,6 +111,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "producer.id.expiration.check.interval.ms": "600000",
     "fetch.max.bytes": "57671680",
     "cluster.id": "",
+    **SSL_DEFAULTS,
 }
 
 
@@ -226,6 +247,15 @@ class BrokerConfig:
                 a = Listener(a.name, socket.getfqdn(), a.port)
             out.append(a)
         return out
+
+    def security_protocol(self, listener: str) -> str:
+        """The security protocol of listener ``listener`` (``listener.security.protocol.map``; a listener named
+        after a protocol is that protocol, Kafka's fallback): PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
+        for item in self.get_list("listener.security.protocol.map"):
+            name, sep, proto = item.partition(":")
+            if sep and name.strip().upper() == listener.upper():
+                return proto.strip().upper()
+        return listener.upper()
 
     @property
     def socket_request_max_bytes(self) -> int:

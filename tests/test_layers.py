@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "kbroker"
-ORDER = {"protocol": 0, "storage": 1, "controller": 2, "coordinator": 2, "server": 3, "cli": 4, "testing": 4}
+ORDER = {"protocol": 0, "storage": 1, "security": 1, "controller": 2, "coordinator": 2, "server": 3, "cli": 4, "testing": 4}
 
 
 def imports_of(path: Path) -> set[str]:
@@ -23,7 +23,7 @@ def imports_of(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("layer", ["protocol", "storage", "controller"])
+@pytest.mark.parametrize("layer", ["protocol", "storage", "security", "controller"])
 def test_no_asyncio(layer):
     offenders = [str(p.relative_to(PKG)) for p in (PKG / layer).rglob("*.py")
                  if any(n == "asyncio" or n.startswith("asyncio.") for n in imports_of(p))]

@@ -125,10 +125,58 @@ _JAVA_TO_LIBRDKAFKA: dict[str, tuple[str, Callable[[str], str]] | None] = {
 }
 
 
+def _ssl_to_librdkafka(props: Mapping[str, str]) -> dict[str, str]:
+    """The Java client's ``ssl.*`` keys (what Kafka's tools read from ``--command-config``) as librdkafka's:
+    truststores become ``ssl.ca.pem`` (PKCS12 ones read here; librdkafka has no PKCS12 truststore), PEM keystore
+    text ``ssl.certificate.pem`` / ``ssl.key.pem``, a PEM keystore file ``ssl.certificate.location`` and
+    ``ssl.key.location``, a PKCS12 keystore stays ``ssl.keystore.location``, IANA
+    cipher names become OpenSSL's, an empty endpoint identification algorithm is ``none``."""
+    from kbroker.security.tls import IANA_TO_OPENSSL, TlsConfigError, settings, truststore_pem
+
+    get = settings(props)
+    out: dict[str, str] = {}
+    try:
+        pem = truststore_pem(get)
+    except TlsConfigError as exc:
+        raise CliError(str(exc)) from None
+    if pem:
+        out["ssl.ca.pem"] = pem
+    if get("ssl.keystore.certificate.chain").strip():
+        out["ssl.certificate.pem"] = get("ssl.keystore.certificate.chain")
+        out["ssl.key.pem"] = get("ssl.keystore.key")
+    elif get("ssl.keystore.location").strip():
+        location = get("ssl.keystore.location").strip()
+        if get("ssl.keystore.type").strip().upper() == "PEM":  # one file with the key and the chain
+            out["ssl.certificate.location"] = out["ssl.key.location"] = location
+        else:
+            out["ssl.keystore.location"] = location
+            if get("ssl.keystore.password"):
+                out["ssl.keystore.password"] = get("ssl.keystore.password")
+    if get("ssl.key.password"):
+        out["ssl.key.password"] = get("ssl.key.password")
+    if "ssl.endpoint.identification.algorithm" in props:
+        out["ssl.endpoint.identification.algorithm"] = props["ssl.endpoint.identification.algorithm"].strip() or "none"
+    suites = [x.strip() for x in get("ssl.cipher.suites").split(",") if x.strip()]
+    if suites:
+        out["ssl.cipher.suites"] = ":".join(IANA_TO_OPENSSL.get(s, s) for s in suites)
+    return out
+
+
+_JAVA_SSL_KEYS = frozenset({
+    "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.certificates",
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.keystore.certificate.chain",
+    "ssl.keystore.key", "ssl.key.password", "ssl.endpoint.identification.algorithm", "ssl.cipher.suites",
+    "ssl.enabled.protocols", "ssl.protocol"})
+
+
 def to_librdkafka(props: Mapping[str, str]) -> dict[str, str]:
     """Translate Java client property names to librdkafka's where they differ; drop Java-only ones."""
     out: dict[str, str] = {}
+    if any(k in _JAVA_SSL_KEYS for k in props):
+        out.update(_ssl_to_librdkafka(props))
     for key, value in props.items():
+        if key in _JAVA_SSL_KEYS:
+            continue
         if key in _JAVA_TO_LIBRDKAFKA:
             rule = _JAVA_TO_LIBRDKAFKA[key]
             if rule is None:
@@ -143,13 +191,22 @@ def to_librdkafka(props: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def require_plaintext(props: Mapping[str, str], what: str) -> None:
-    """The requests sent through kbroker's own codec use a plain TCP connection: refuse a client configuration
-    that asks for TLS or SASL instead of silently ignoring it."""
+def wire_ssl_context(props: Mapping[str, str], what: str) -> Any:
+    """The TLS context for the requests sent through kbroker's own codec (:mod:`kbroker.cli._wire`): None for
+    ``security.protocol=PLAINTEXT``, a client context from the Java client's ``ssl.*`` keys for SSL; SASL is
+    refused rather than silently ignored."""
     proto = props.get("security.protocol", "PLAINTEXT").strip().upper()
-    if proto != "PLAINTEXT":
-        raise CliError(f"{what} needs a PLAINTEXT listener: security.protocol={proto} is not supported by its "
+    if proto == "PLAINTEXT":
+        return None
+    if proto != "SSL":
+        raise CliError(f"{what} needs a PLAINTEXT or SSL listener: security.protocol={proto} is not supported by its "
                        "protocol client")
+    from kbroker.security.tls import TlsConfigError, client_context, settings
+
+    try:
+        return client_context(settings(props))
+    except TlsConfigError as exc:
+        raise CliError(str(exc)) from None
 
 
 # ------------------------------------------------------------------------------------------ confluent-kafka

@@ -104,7 +104,7 @@ BROKER_RESOURCE = 4
 class Connection:
     """One broker connection: size-prefixed frames, correlation ids, negotiated versions."""
 
-    def __init__(self, host: str, port: int, timeout: float, client_id: str) -> None:
+    def __init__(self, host: str, port: int, timeout: float, client_id: str, ssl_context: Any = None) -> None:
         self.address = f"{host}:{port}"
         self.timeout = timeout
         self.client_id = client_id
@@ -113,6 +113,12 @@ class Connection:
             self.sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
             raise CliError(f"cannot connect to {self.address}: {exc.strerror or exc}") from None
+        if ssl_context is not None:
+            try:
+                self.sock = ssl_context.wrap_socket(self.sock, server_hostname=host)
+            except OSError as exc:  # ssl.SSLError included: a failed handshake, an untrusted certificate
+                self.sock.close()
+                raise CliError(f"TLS handshake with {self.address} failed: {exc}") from None
         self.sock.settimeout(timeout)
         self.versions: dict[int, tuple[int, int]] = {}
         self._negotiate()
@@ -190,12 +196,15 @@ class Connection:
 
 
 class WireClient:
-    """Connections to the cluster behind ``bootstrap`` (``host:port[,host:port...]``), made on demand."""
+    """Connections to the cluster behind ``bootstrap`` (``host:port[,host:port...]``), made on demand; TLS ones
+    with ``ssl_context`` (:func:`kbroker.cli._common.wire_ssl_context`)."""
 
-    def __init__(self, bootstrap: str, timeout: float | None = None, client_id: str = "kbroker-cli") -> None:
+    def __init__(self, bootstrap: str, timeout: float | None = None, client_id: str = "kbroker-cli",
+                 ssl_context: Any = None) -> None:
         self.bootstrap = bootstrap
         self.timeout = timeout or timeout_from_env()
         self.client_id = client_id
+        self.ssl_context = ssl_context
         self._conns: dict[str, Connection] = {}
         self._nodes: dict[int, tuple[str, int]] | None = None
         self._any: Connection | None = None
@@ -215,7 +224,7 @@ class WireClient:
         key = f"{host}:{port}"
         conn = self._conns.get(key)
         if conn is None:
-            conn = Connection(host, port, self.timeout, self.client_id)
+            conn = Connection(host, port, self.timeout, self.client_id, self.ssl_context)
             self._conns[key] = conn
         return conn
 

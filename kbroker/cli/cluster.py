@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from kbroker.cli._common import CliError, ToolParser, add_command_config, add_version, load_properties, \
-    require_plaintext, run_tool
+    run_tool, wire_ssl_context
 
 PROG = "kbroker-cluster"
 
@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         from kbroker.cli._wire import WireClient, error_name
         from kbroker.protocol.messages import MetadataRequest, UnregisterBrokerRequest
 
-        require_plaintext(load_properties(args.command_config), PROG)
-        with WireClient(bootstrap) as wire:
+        tls = wire_ssl_context(load_properties(args.command_config), PROG)
+        with WireClient(bootstrap, ssl_context=tls) as wire:
             conn = wire.any_broker()
             if args.command == "cluster-id":
                 md = conn.send(MetadataRequest(topics=[], allow_auto_topic_creation=False))

@@ -28,9 +28,9 @@ from kbroker.cli._common import (
     kafka_error_text,
     load_properties,
     parse_properties_text,
-    require_plaintext,
     result,
     run_tool,
+    wire_ssl_context,
 )
 
 PROG = "kbroker-configs"
@@ -129,8 +129,7 @@ class ConfigService:
         self.name = name
         self.bootstrap = args.bootstrap_server or args.bootstrap_controller
         self.props = load_properties(args.command_config)
-        require_plaintext(self.props, "describing configs")
-        self.wire = WireClient(self.bootstrap)
+        self.wire = WireClient(self.bootstrap, ssl_context=wire_ssl_context(self.props, "describing configs"))
 
     def close(self) -> None:
         self.wire.close()

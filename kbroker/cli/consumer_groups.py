@@ -33,9 +33,9 @@ from kbroker.cli._common import (
     kafka_error_text,
     kafka_table,
     load_properties,
-    require_plaintext,
     result,
     run_tool,
+    wire_ssl_context,
 )
 
 PROG = "kbroker-consumer-groups"
@@ -412,7 +412,7 @@ class GroupService:
         from kbroker.cli._wire import WireClient, error_name
         from kbroker.protocol.messages import OffsetDeleteRequest as Req
 
-        require_plaintext(self.props, "--delete-offsets")
+        tls = wire_ssl_context(self.props, "--delete-offsets")
         gid = self.args.group[0]
         wanted: dict[str, set[int]] = {}
         status: dict[tuple[str, int], str] = {}
@@ -429,7 +429,7 @@ class GroupService:
         req = Req(group_id=gid, topics=[Req.OffsetDeleteRequestTopic(
             name=t, partitions=[Req.OffsetDeleteRequestPartition(partition_index=p) for p in sorted(ps)])
             for t, ps in sorted(wanted.items())])
-        with WireClient(self.args.bootstrap_server, timeout=max(self.timeout, 1.0)) as wire:
+        with WireClient(self.args.bootstrap_server, timeout=max(self.timeout, 1.0), ssl_context=tls) as wire:
             resp = wire.group_coordinator(gid).send(req)
         top = error_name(resp.error_code) if resp.error_code else "NONE"
         for t in resp.topics:

@@ -31,8 +31,8 @@ from kbroker.cli._common import (
     add_version,
     kafka_table,
     load_properties,
-    require_plaintext,
     run_tool,
+    wire_ssl_context,
 )
 
 PROG = "kbroker-metadata-quorum"
@@ -99,13 +99,13 @@ def _controller_identity(props: dict[str, str]) -> tuple[int, str, bytes, list[t
     return node_id, stored.get("cluster.id", ""), directory_id, endpoints
 
 
-def add_controller(bootstrap: str, props: dict[str, str]) -> None:
+def add_controller(bootstrap: str, props: dict[str, str], tls: Any = None) -> None:
     from kbroker.cli._wire import WireClient, error_name
     from kbroker.controller.uuids import uuid_to_str
     from kbroker.protocol.messages.add_raft_voter_request import AddRaftVoterRequest
 
     node_id, cluster_id, directory_id, endpoints = _controller_identity(props)
-    with WireClient(bootstrap) as wire:
+    with WireClient(bootstrap, ssl_context=tls) as wire:
         conn = wire.any_broker()
         req = AddRaftVoterRequest(cluster_id=cluster_id, timeout_ms=30_000, voter_id=node_id,
                                   voter_directory_id=directory_id,
@@ -119,7 +119,7 @@ def add_controller(bootstrap: str, props: dict[str, str]) -> None:
           + ", ".join(f"{n}://{h}:{p}" for n, h, p in endpoints))
 
 
-def remove_controller(bootstrap: str, node_id: int, directory_id_text: str) -> None:
+def remove_controller(bootstrap: str, node_id: int, directory_id_text: str, tls: Any = None) -> None:
     from kbroker.cli._wire import WireClient, error_name
     from kbroker.controller.uuids import uuid_from_str
     from kbroker.protocol.messages.remove_raft_voter_request import RemoveRaftVoterRequest
@@ -128,7 +128,7 @@ def remove_controller(bootstrap: str, node_id: int, directory_id_text: str) -> N
         directory_id = uuid_from_str(directory_id_text)
     except ValueError:
         raise CliError(f"--controller-directory-id {directory_id_text!r} is not a directory id") from None
-    with WireClient(bootstrap) as wire:
+    with WireClient(bootstrap, ssl_context=tls) as wire:
         conn = wire.any_broker()
         resp = conn.send(RemoveRaftVoterRequest(cluster_id="", voter_id=node_id, voter_directory_id=directory_id),
                          conn.version_for(RemoveRaftVoterRequest))
@@ -144,12 +144,12 @@ def _uuid(raw: bytes) -> str | None:
     return None if raw == ZERO_UUID else uuid_to_str(raw)
 
 
-def describe_quorum(bootstrap: str) -> tuple[str, Any, Any, int]:
+def describe_quorum(bootstrap: str, tls: Any = None) -> tuple[str, Any, Any, int]:
     """(cluster id, partition data, response, version) of the metadata partition."""
     from kbroker.cli._wire import WireClient, error_name
     from kbroker.protocol.messages import DescribeQuorumRequest, MetadataRequest
 
-    with WireClient(bootstrap) as wire:
+    with WireClient(bootstrap, ssl_context=tls) as wire:
         conn = wire.any_broker()
         md = conn.send(MetadataRequest(topics=[], allow_auto_topic_creation=False))
         version = conn.version_for(DescribeQuorumRequest)
@@ -188,8 +188,8 @@ def observers_text(part: Any, version: int) -> str:
     return "[" + ", ".join(items) + "]"
 
 
-def status(bootstrap: str) -> None:
-    cluster_id, part, resp, version = describe_quorum(bootstrap)
+def status(bootstrap: str, tls: Any = None) -> None:
+    cluster_id, part, resp, version = describe_quorum(bootstrap, tls)
     voters = list(part.current_voters)
     leader = next((v for v in voters if v.replica_id == part.leader_id), None)
     if leader is None or not voters:
@@ -210,8 +210,8 @@ def status(bootstrap: str) -> None:
         print(f"{name:<24}{value}")
 
 
-def replication(bootstrap: str, human: bool) -> None:
-    _, part, _, version = describe_quorum(bootstrap)
+def replication(bootstrap: str, human: bool, tls: Any = None) -> None:
+    _, part, _, version = describe_quorum(bootstrap, tls)
     now = int(time.time() * 1000)
 
     def ts(v: int) -> str:
@@ -249,15 +249,15 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         props = load_properties(args.command_config)
-        require_plaintext(props, PROG)
+        tls = wire_ssl_context(props, PROG)
         if args.command == "add-controller":
-            add_controller(bootstrap, props)
+            add_controller(bootstrap, props, tls)
         elif args.command == "remove-controller":
-            remove_controller(bootstrap, args.controller_id, args.controller_directory_id)
+            remove_controller(bootstrap, args.controller_id, args.controller_directory_id, tls)
         elif args.status:
-            status(bootstrap)
+            status(bootstrap, tls)
         else:
-            replication(bootstrap, args.human_readable)
+            replication(bootstrap, args.human_readable, tls)
         return 0
 
     return run_tool(PROG, body)

@@ -73,9 +73,9 @@ from kbroker.cli._common import (
     add_command_config,
     add_version,
     load_properties,
-    require_plaintext,
     run_tool,
     timeout_from_env,
+    wire_ssl_context,
 )
 
 PROG = "kbroker-reassign-partitions"
@@ -471,9 +471,10 @@ class ReassignService:
         from kbroker.cli._wire import WireClient
 
         self.args = args
-        require_plaintext(load_properties(args.command_config), PROG)
+        tls = wire_ssl_context(load_properties(args.command_config), PROG)
         self.timeout = timeout_from_env()
-        self.wire = WireClient(args.bootstrap_server, self.timeout, client_id="reassign-partitions-tool")
+        self.wire = WireClient(args.bootstrap_server, self.timeout, client_id="reassign-partitions-tool",
+                               ssl_context=tls)
 
     def close(self) -> None:
         self.wire.close()

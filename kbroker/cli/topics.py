@@ -30,6 +30,7 @@ from kbroker.cli._common import (
     load_properties,
     result,
     run_tool,
+    wire_ssl_context,
 )
 
 PROG = "kbroker-topics"
@@ -317,10 +318,10 @@ class TopicService:
         from kbroker.protocol.messages import DescribeTopicPartitionsRequest
 
         out: dict[tuple[str, int], tuple[list[int] | None, list[int] | None]] = {}
-        if self.props.get("security.protocol", "PLAINTEXT").strip().upper() != "PLAINTEXT":
-            return out  # the codec connection is plain TCP: leave the ELR columns at N/A
+        if self.props.get("security.protocol", "PLAINTEXT").strip().upper() not in ("PLAINTEXT", "SSL"):
+            return out  # the codec connection has no SASL: leave the ELR columns at N/A
         try:
-            with WireClient(self.args.bootstrap_server) as wire:
+            with WireClient(self.args.bootstrap_server, ssl_context=wire_ssl_context(self.props, PROG)) as wire:
                 conn = wire.any_broker()
                 if not conn.supports(DescribeTopicPartitionsRequest):
                     return out

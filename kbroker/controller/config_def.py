@@ -99,7 +99,7 @@ _STATIC: list[tuple] = [
      "The addresses clients are told to use, per listener name (default: the listeners).", None, True),
     ("listener.security.protocol.map", "list",
      "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL", MEDIUM,
-     "The security protocol of each listener name (kbroker serves PLAINTEXT only).", None, True),
+     "The security protocol of each listener name (kbroker serves PLAINTEXT and SSL).", None, True),
     ("inter.broker.listener.name", "string", "PLAINTEXT", MEDIUM,
      "The listener this broker uses to reach other brokers (replica fetches, transaction verification, markers); "
      "every broker must have a listener of that name.", None, True),
@@ -254,6 +254,37 @@ _STATIC: list[tuple] = [
     ("authorizer.class.name", "string", "", HIGH,
      "The authorizer: a Python class path with authorize(principal, operation, resource_type, name) (empty: allow "
      "everything, Kafka's default).", None, True),
+    ("ssl.protocol", "string", "TLSv1.3", MEDIUM,
+     "Kafka's SSLContext protocol; kbroker takes its TLS versions from ssl.enabled.protocols.", None, False),
+    ("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3", MEDIUM,
+     "The TLS versions a TLS listener or connection accepts (the lowest and highest named are the bounds).", None,
+     True),
+    ("ssl.cipher.suites", "list", "", LOW,
+     "TLS 1.2 cipher suites (IANA or OpenSSL names; empty: OpenSSL's defaults); TLS 1.3 suites cannot be "
+     "restricted.", None, True),
+    ("ssl.keystore.type", "string", "JKS", MEDIUM,
+     "PEM or PKCS12 (a JKS-typed file holding PKCS12 is read as PKCS12; real JKS files are refused).", None, True),
+    ("ssl.keystore.location", "string", "", HIGH, "The keystore file (PKCS12, or PEM with key and chain).", None,
+     True),
+    ("ssl.keystore.password", "password", "", HIGH, "The PKCS12 keystore's password.", None, True),
+    ("ssl.key.password", "password", "", HIGH, "The password of the private key (encrypted PEM key).", None, True),
+    ("ssl.keystore.certificate.chain", "string", "", HIGH, "The certificate chain as PEM text (type PEM).", None,
+     True),
+    ("ssl.keystore.key", "password", "", HIGH, "The private key as PEM text (type PEM).", None, True),
+    ("ssl.truststore.type", "string", "JKS", MEDIUM, "PEM or PKCS12 (as ssl.keystore.type).", None, True),
+    ("ssl.truststore.location", "string", "", HIGH, "The truststore file (PKCS12 or PEM certificates).", None,
+     True),
+    ("ssl.truststore.password", "password", "", HIGH, "The PKCS12 truststore's password.", None, True),
+    ("ssl.truststore.certificates", "string", "", HIGH, "Trusted certificates as PEM text (type PEM).", None, True),
+    ("ssl.client.auth", "string", "none", MEDIUM,
+     "Client certificates on TLS listeners: none, requested or required.", (None, None, ("required", "requested",
+                                                                                        "none")), True),
+    ("ssl.endpoint.identification.algorithm", "string", "https", LOW,
+     "https: this node checks the host name in the certificates of the nodes it connects to; empty: it does "
+     "not.", None, True),
+    ("ssl.principal.mapping.rules", "string", "DEFAULT", LOW,
+     "Rules from a client certificate's distinguished name to its principal (RULE:pattern/replacement/[LU], "
+     "DEFAULT).", None, True),
     ("metrics.port", "int", "", LOW,
      "Port of the Prometheus metrics endpoint (kbroker's own key; unset: no endpoint).", (0, 65535, None), True),
     ("metrics.host", "string", "", LOW,
@@ -416,11 +447,11 @@ def validate_server_config(props: Mapping[str, str]) -> list[str]:
     return warnings
 
 
-SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT",)
+SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL")
 
 
 def validate_listeners(props: Mapping[str, str]) -> None:
-    """Refuse a listener whose security protocol kbroker does not implement (SSL, SASL_PLAINTEXT, SASL_SSL):
+    """Refuse a listener whose security protocol kbroker does not implement (SASL_PLAINTEXT, SASL_SSL):
     serving it as plaintext would silently drop the security the operator asked for."""
     get = lambda k: props.get(k, BROKER_DEFAULTS.get(k, ""))  # noqa: E731
     mapping: dict[str, str] = {}
@@ -436,7 +467,7 @@ def validate_listeners(props: Mapping[str, str]) -> None:
         if proto not in SUPPORTED_SECURITY_PROTOCOLS:
             raise ConfigException(
                 f"Listener {name} ({item.strip()}) uses security protocol {proto}, which this kbroker version does "
-                f"not support (PLAINTEXT only): remove the listener or map it to PLAINTEXT in "
+                f"not support (PLAINTEXT and SSL only): remove the listener or map it to PLAINTEXT or SSL in "
                 f"listener.security.protocol.map")
 
 

@@ -10,7 +10,8 @@ supported operation is allowed, as in Kafka. With one, each supported operation 
 An authorizer is any class with ``authorize(principal, operation, resource_type, resource_name) -> bool``,
 named by its dotted Python path in ``authorizer.class.name`` and built with the broker's properties
 (``cls(props)`` if it takes them, else ``cls()``). kbroker's own ACL authorizer comes with the security work;
-until then a plugged-in class decides. Connections are all ``User:ANONYMOUS`` (PLAINTEXT only).
+until then a plugged-in class decides. The principal is ``User:ANONYMOUS`` unless the connection came with a TLS
+client certificate (``ssl.principal.mapping.rules`` of the listener).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ clean-shutdown marker.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,8 @@ log = logging.getLogger(__name__)
 QUORUM_STARTUP_TIMEOUT_S = 120.0
 #: how long a stopping broker of a cluster waits for the active controller to move its leaderships away
 CONTROLLED_SHUTDOWN_TIMEOUT_S = 5.0
+#: a TLS client must complete its handshake within this time (the connection is closed otherwise)
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
 
 class ListenerBindError(Exception):
     """A listener's address cannot be bound (in use, not an address of this machine, no permission)."""
@@ -94,6 +97,7 @@ class Broker:
 
         self.connection_limits = ConnectionLimits(config)
         self.servers: list[asyncio.AbstractServer] = []
+        self.listener_security: dict[str, Any] = {}  # listener name -> ListenerSecurity (built when bound)
         self.zero_copy = True
         self.stats_sendfile_bytes = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -275,10 +279,9 @@ class Broker:
     def _start_replication(self) -> None:
         """Followers fetch from their leaders; leaders send ISR changes to the active controller (a cluster)."""
         from kbroker.server.alter_partition_manager import AlterPartitionManager
-        from kbroker.server.inter_node import BrokerChannels
         from kbroker.server.replica_fetcher import FetcherSettings, ReplicaFetcherManager
 
-        channels = BrokerChannels(f"kbroker-{self.node_id}-replica-fetcher", self.config.get("inter.broker.listener.name"))
+        channels = self.inter_broker_channels(f"kbroker-{self.node_id}-replica-fetcher")
         fetchers = ReplicaFetcherManager(self.node_id, channels, lambda: self.controller.image, self.broker_epoch,
                                          FetcherSettings.from_config(self.config),
                                          follower_quota=self.replication_quotas.follower)
@@ -313,12 +316,32 @@ class Broker:
         return await mq._controller_channel(leader).request(ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION, request,
                                                           mq.request_timeout_s)
 
+    @functools.cached_property
+    def inter_broker_ssl_context(self) -> Any:
+        """The TLS context of this node's connections to other brokers (None: the inter-broker listener is not a
+        TLS one); built once."""
+        from kbroker.security.listener import client_ssl_context
+
+        return client_ssl_context(self.config, self.config.get("inter.broker.listener.name"))
+
+    def inter_broker_channels(self, client_id: str) -> Any:
+        """Channels to the other brokers on ``inter.broker.listener.name`` (TLS when that listener is a TLS one)."""
+        from kbroker.server.inter_node import BrokerChannels
+
+        return BrokerChannels(client_id, self.config.get("inter.broker.listener.name"), self.inter_broker_ssl_context)
+
     async def _bind(self, lst: Any, start_serving: bool = True) -> None:
+        from kbroker.security.listener import ListenerSecurity
+
         loop = asyncio.get_running_loop()
+        security = self.listener_security[lst.name] = ListenerSecurity.of(self.config, lst.name)
+        tls: dict[str, Any] = {}
+        if security.ssl_context is not None:
+            tls = {"ssl": security.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}
         try:
             server = await loop.create_server(
                 lambda name=lst.name: KafkaConnection(self, name), host=lst.host or None, port=lst.port,
-                reuse_address=True, backlog=1024, start_serving=start_serving)
+                reuse_address=True, backlog=1024, start_serving=start_serving, **tls)
         except OSError as exc:
             reason = (exc.strerror or str(exc)).rsplit(": ", 1)[-1].lower()
             raise ListenerBindError(f"listener {lst.name} cannot bind {lst.host or '0.0.0.0'}:{lst.port}: "

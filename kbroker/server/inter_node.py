@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 from typing import Any
 
@@ -39,14 +40,17 @@ class NodeRequestError(Exception):
 
 
 class NodeChannel:
-    """Requests to one peer at ``host:port``. ``client_id`` names this node in the peer's logs."""
+    """Requests to one peer at ``host:port``. ``client_id`` names this node in the peer's logs; ``ssl_context``
+    (the peer's listener is a TLS one) wraps the connection, the peer's certificate checked against ``host``."""
 
     def __init__(self, node_id: int, host: str, port: int, client_id: str,
-                 connect_timeout_s: float = 1.0, reconnect_backoff_s: float = 0.05) -> None:
+                 connect_timeout_s: float = 1.0, reconnect_backoff_s: float = 0.05,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.node_id = node_id
         self.host = host
         self.port = port
         self.client_id = client_id
+        self.ssl_context = ssl_context
         self.connect_timeout_s = connect_timeout_s
         self.reconnect_backoff_s = reconnect_backoff_s
         self._reader: asyncio.StreamReader | None = None
@@ -101,9 +105,13 @@ class NodeChannel:
             if loop.time() < self._next_connect:
                 raise NodeRequestError(f"node {self.node_id} unreachable (backing off)")
             try:
+                tls: dict[str, Any] = {}
+                if self.ssl_context is not None:
+                    tls = {"ssl": self.ssl_context, "server_hostname": self.host}
                 reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port),
-                    max(0.001, min(self.connect_timeout_s, deadline - loop.time())))
+                    asyncio.open_connection(self.host, self.port, **tls),
+                    # a TLS handshake takes a few round trips and some CPU more
+                    max(0.001, min(self.connect_timeout_s * (3 if tls else 1), deadline - loop.time())))
             except (OSError, asyncio.TimeoutError) as exc:
                 self._next_connect = loop.time() + self.reconnect_backoff_s
                 raise NodeRequestError(f"cannot connect to node {self.node_id} at {self.host}:{self.port}: "
@@ -152,11 +160,13 @@ class NodeChannel:
 
 class BrokerChannels:
     """Channels to other brokers on their ``listener`` (``inter.broker.listener.name``), at the address their
-    registration in the metadata image names: one per (node, host, port), kept open and reused."""
+    registration in the metadata image names: one per (node, host, port), kept open and reused. ``ssl_context``
+    for a TLS listener (:func:`kbroker.security.listener.client_ssl_context`)."""
 
-    def __init__(self, client_id: str, listener: str) -> None:
+    def __init__(self, client_id: str, listener: str, ssl_context: ssl.SSLContext | None = None) -> None:
         self.client_id = client_id
         self.listener = listener
+        self.ssl_context = ssl_context
         self._channels: dict[tuple[int, str, int], NodeChannel] = {}
 
     def get(self, image: Any, node_id: int) -> NodeChannel | None:
@@ -168,7 +178,8 @@ class BrokerChannels:
         key = (node_id, ep.host, ep.port)
         ch = self._channels.get(key)
         if ch is None:
-            ch = self._channels[key] = NodeChannel(node_id, ep.host, ep.port, self.client_id)
+            ch = self._channels[key] = NodeChannel(node_id, ep.host, ep.port, self.client_id,
+                                                   ssl_context=self.ssl_context)
         return ch
 
     async def close(self) -> None:

@@ -91,6 +91,10 @@ class MetadataQuorum:
         self.static_voters = dict(controller.quorum_voters)
         names = config.get_list("controller.listener.names")
         self.controller_listener = names[0].upper() if names else "CONTROLLER"
+        from kbroker.security.listener import client_ssl_context
+
+        #: TLS to the voters when the controller listener is a TLS one (the same ``ssl.*`` keys, per listener)
+        self.ssl_context = client_ssl_context(config, self.controller_listener)
         #: ``controller.quorum.bootstrap.servers`` under ids -1, -2, ... (where an observer with no voters asks)
         self.bootstrap = {-(i + 1): hp for i, hp in enumerate(controller.bootstrap_servers)}
         #: node endpoints learnt from the leader's Fetch answers (NodeEndpoints, KIP-853)
@@ -139,7 +143,7 @@ class MetadataQuorum:
         self.manager = RaftManager(self.client, c.cluster_id, self.endpoint,
                                    request_timeout_ms=self.raft_config.request_timeout_ms,
                                    own_endpoint=self._own_controller_endpoint(),
-                                   learned=self.learned_endpoints)
+                                   learned=self.learned_endpoints, ssl_context=self.ssl_context)
         c.raft_append = self.manager.append
         c.raft_end_offset = lambda: raft_log.end_offset
         await self.manager.start()
@@ -535,7 +539,7 @@ class MetadataQuorum:
         key = (node_id, host, port, client_id)
         ch = self._channels.get(key)
         if ch is None:
-            ch = self._channels[key] = NodeChannel(node_id, host, port, client_id)
+            ch = self._channels[key] = NodeChannel(node_id, host, port, client_id, ssl_context=self.ssl_context)
         return ch
 
     def _controller_channel(self, leader: int) -> NodeChannel:

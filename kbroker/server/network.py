@@ -19,7 +19,9 @@ Limits a client cannot get around (issue: reliability of one node):
 
 Record data in Fetch responses arrives as :class:`~kbroker.protocol.send.FileRegion` chunks. They are sent
 with ``os.sendfile`` straight from the segment file when the transport has nothing buffered (zero-copy on
-plain TCP); whatever the socket does not take at once is read with ``os.pread`` and written normally.
+plain TCP); whatever the socket does not take at once is read with ``os.pread`` and written normally. On TLS
+listeners the bytes must go through the encryption, so they are always read and written (no sendfile, as in
+Kafka).
 """
 
 from __future__ import annotations
@@ -83,6 +85,11 @@ class KafkaConnection(asyncio.Protocol):
         self._aborted = False  # the broker closed it: stop handling queued requests
         self._task: asyncio.Task[None] | None = None
         self._watch_fd: int | None = None  # dup of the socket fd, watched while sendfile waits
+        self.security = broker.listener_security.get(listener_name)
+        #: who is talking (``User:ANONYMOUS`` unless a TLS client certificate or SASL says otherwise)
+        self.principal = "User:ANONYMOUS"
+        # sendfile would put the file's bytes on the socket beneath TLS: TLS connections copy (as Kafka does)
+        self._tls = self.security is not None and self.security.tls
 
     # ---- asyncio.Protocol ----
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -91,6 +98,12 @@ class KafkaConnection(asyncio.Protocol):
         self.last_request_at = time.monotonic()
         self.frame_started_at: float | None = None
         refused = self.broker.connection_limits.admit(self)
+        if not refused and self._tls:
+            try:
+                self.principal = self.security.principal(transport)
+            except Exception as exc:  # noqa: BLE001 - NoMatchingRule, an unreadable certificate
+                self.broker.connection_limits.release(self)
+                refused = f"authentication failed: {exc}"
         if refused:
             log.info("closing connection from %s: %s", self.peer, refused)
             self._closed = self._aborted = True
@@ -219,7 +232,7 @@ class KafkaConnection(asyncio.Protocol):
         assert transport is not None
         pos, left = region.position, region.size
         file_fd = region.file.fileno()
-        if left and self.broker.zero_copy and transport.get_write_buffer_size() == 0:
+        if left and self.broker.zero_copy and not self._tls and transport.get_write_buffer_size() == 0:
             sock = transport.get_extra_info("socket")
             if sock is not None:
                 sock_fd = sock.fileno()

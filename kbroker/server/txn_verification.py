@@ -19,7 +19,7 @@ from kbroker.coordinator.runtime import partition_for
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages.add_partitions_to_txn_request import AddPartitionsToTxnRequest
-from kbroker.server.inter_node import BrokerChannels, NodeRequestError
+from kbroker.server.inter_node import NodeRequestError
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ class RemoteTxnVerifier:
     def __init__(self, broker: Any, timeout_s: float = 5.0) -> None:
         self.broker = broker
         self.timeout_s = timeout_s
-        self._channels = BrokerChannels(f"kbroker-{broker.node_id}", broker.config.get("inter.broker.listener.name"))
+        self._channels = broker.inter_broker_channels(f"kbroker-{broker.node_id}")
 
     def coordinator_of(self, transactional_id: str) -> int:
         """The broker that coordinates ``transactional_id`` now (-1: unknown)."""

@@ -110,7 +110,8 @@ def authorized_ops(ctx, resource_type: int, name: str, requested: bool) -> int:
 
     if not requested:
         return NOT_REQUESTED
-    return authorized_operations(ctx.broker.authorizer, ANONYMOUS, ResourceType(resource_type), name)
+    principal = getattr(ctx.connection, "principal", ANONYMOUS)
+    return authorized_operations(ctx.broker.authorizer, principal, ResourceType(resource_type), name)
 
 
 async def metadata_committed(broker) -> tuple[int, str | None]:

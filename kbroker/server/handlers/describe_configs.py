@@ -14,7 +14,8 @@ Behavior:
   four-level synonym chain over its own synonyms (``log.roll.ms``/``log.roll.hours`` ...); dynamic keys
   are not read-only. Named ``""``: only the cluster-default dynamic configs;
 * ``ConfigurationKeys`` restricts the keys; unknown topics get UNKNOWN_TOPIC_OR_PARTITION, other brokers'
-  ids or other resource types INVALID_REQUEST. Keys whose name contains ``password`` are sensitive (null).
+  ids or other resource types INVALID_REQUEST. Keys whose name contains ``password``, and ``ssl.keystore.key`` /
+  ``sasl.jaas.config`` (Kafka's PASSWORD keys), are sensitive (null).
 Version notes: v3 ConfigType and documentation (documentation is not carried: null); v4 flexible.
 """
 
@@ -82,7 +83,9 @@ def _chain(layers: list[tuple[Mapping[str, str], int]], names: Iterable[str]) ->
 
 
 def _sensitive(name: str) -> bool:
-    return "password" in name
+    """Kafka's PASSWORD-typed keys (per listener too): their values are never answered."""
+    return "password" in name or name.endswith((".ssl.keystore.key", ".sasl.jaas.config")) or name in (
+        "ssl.keystore.key", "sasl.jaas.config")
 
 
 def _topic_entries(ctx, topic: str, keys, synonyms: bool) -> list[R.DescribeConfigsResourceResult]:

@@ -32,7 +32,7 @@ from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse as R
 from kbroker.protocol.records import ControlType, build_control_batch
-from kbroker.server.inter_node import BrokerChannels, NodeChannel, NodeRequestError
+from kbroker.server.inter_node import NodeChannel, NodeRequestError
 from kbroker.storage.producer_state import AppendOrigin
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class RemoteMarkers:
     def __init__(self, broker) -> None:  # noqa: ANN001
         self.broker = broker
         self._pending: dict[tuple[int, str, int, int, int, bool], asyncio.Task[int]] = {}
-        self._channels = BrokerChannels(f"kbroker-{broker.node_id}", broker.config.get("inter.broker.listener.name"))
+        self._channels = broker.inter_broker_channels(f"kbroker-{broker.node_id}")
 
     def write(self, leader: int, topic: str, partition: int, producer_id: int, producer_epoch: int,
               coordinator_epoch: int, commit: bool) -> int:

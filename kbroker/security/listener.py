@@ -1,0 +1,63 @@
+"""What a listener's security protocol asks of its connections, and of this node's connections to a listener.
+
+:class:`ListenerSecurity` is built once per bound listener at start-up (so a bad ``ssl.*`` setting stops the
+start with one line naming it): the security protocol (``listener.security.protocol.map``), the TLS server
+context for SSL listeners, and the principal mapper. :func:`client_ssl_context` is the other side: the context
+this node uses to reach another node's listener of that name (inter-broker replication, transaction markers,
+the controller quorum), None for PLAINTEXT.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+from kbroker.security.principal import ANONYMOUS, SslPrincipalMapper
+from kbroker.security.tls import TlsConfigError, client_context, server_context, settings
+
+TLS_PROTOCOLS = ("SSL", "SASL_SSL")
+
+
+@dataclass
+class ListenerSecurity:
+    name: str
+    protocol: str
+    ssl_context: ssl.SSLContext | None = None
+    principal_mapper: SslPrincipalMapper | None = None
+
+    @classmethod
+    def of(cls, config: Any, listener: str) -> ListenerSecurity:
+        """The security of ``listener`` from a :class:`~kbroker.config.BrokerConfig`; raises
+        :class:`~kbroker.security.tls.TlsConfigError`."""
+        protocol = config.security_protocol(listener)
+        if protocol not in TLS_PROTOCOLS:
+            return cls(listener, protocol)
+        get = settings(config, listener)
+        ctx = server_context(get, f"listener {listener}")
+        try:
+            mapper = SslPrincipalMapper(get("ssl.principal.mapping.rules"))
+        except ValueError as exc:
+            raise TlsConfigError(f"Invalid value {get('ssl.principal.mapping.rules')} for configuration "
+                                 f"ssl.principal.mapping.rules: {exc}") from None
+        return cls(listener, protocol, ctx, mapper)
+
+    @property
+    def tls(self) -> bool:
+        return self.ssl_context is not None
+
+    def principal(self, transport: Any) -> str:
+        """The principal of a connection accepted on this listener (TLS: from the client's certificate, if it
+        sent one); raises :class:`~kbroker.security.principal.NoMatchingRule`."""
+        if self.principal_mapper is None:
+            return ANONYMOUS
+        ssl_object = transport.get_extra_info("ssl_object")
+        cert = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        return self.principal_mapper.principal(cert)
+
+
+def client_ssl_context(config: Any, listener: str) -> ssl.SSLContext | None:
+    """The TLS context for connecting to other nodes' ``listener`` (None when it is not a TLS listener)."""
+    if config.security_protocol(listener) not in TLS_PROTOCOLS:
+        return None
+    return client_context(settings(config, listener))
