@@ -26,6 +26,7 @@ killed leader's partitions move to an in-sync follower without losing an acknowl
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 import time
@@ -624,6 +625,24 @@ def test_leader_cut_off_from_the_cluster_acknowledges_nothing_that_is_lost(tmp_p
               f"{', '.join(f'{s:.1f}' for s in resumed)} s")
 
 
+def _stall_report(cluster: KbrokerCluster, client_log: Path, lines: int = 60) -> str:
+    """What a stalled client loop leaves to diagnose it: the last client debug lines and each node's last
+    coordinator, transaction and warning lines."""
+    import re
+
+    wanted = re.compile(r"coordinator|txn|transaction|marker|WARNING|ERROR|group|fenced|leader", re.I)
+    out = ["--- clients (librdkafka eos/cgrp debug), last lines:"]
+    try:
+        out += client_log.read_text("utf-8", "replace").splitlines()[-lines:]
+    except OSError as exc:
+        out.append(str(exc))
+    for node_id, node in cluster.nodes.items():
+        picked = [ln for ln in node.log_text().splitlines() if wanted.search(ln)]
+        out.append(f"--- node {node_id}, last coordinator/transaction lines:")
+        out += picked[-lines:]
+    return "\n".join(out)
+
+
 def test_consume_transform_produce_stays_exactly_once_across_leader_kills(tmp_path):
     """A transactional consume-transform-produce loop (confluent-kafka: a read_committed group consumer, a
     transactional producer, the consumed offsets sent to each transaction) copies ``in`` to ``out`` while a feeder
@@ -636,10 +655,17 @@ def test_consume_transform_produce_stays_exactly_once_across_leader_kills(tmp_pa
     from kbroker.coordinator.runtime import partition_for
 
     txn_id = "eos-loop"
+    # connections.max.idle.ms: librdkafka's coordinator requests (rdkafka_coord.c) run again only when one of the
+    # client's broker connections goes up or down. When the broker leading both coordinators' partitions is killed
+    # while send_offsets_to_transaction is under way, the TxnOffsetCommit's request can be left waiting on the dead
+    # group coordinator (dropped from the client's metadata once fenced) with nothing else changing: seen twice in
+    # ~50 loaded runs, the client's own eos debug log showing AddOffsetsToTxn answered by the new transaction
+    # coordinator and then no request at all for minutes, the victim's return included. Brokers that close idle
+    # connections (Kafka's connections.max.idle.ms, 10 minutes by default; 5 s here) make such a change.
     cluster = KbrokerCluster(tmp_path, nodes=3, overrides={
         **KILL_OVERRIDES, "offsets.topic.num.partitions": 5, "offsets.topic.replication.factor": 3,
         "transaction.state.log.num.partitions": 5, "transaction.state.log.replication.factor": 3,
-        "transaction.state.log.min.isr": 2})
+        "transaction.state.log.min.isr": 2, "connections.max.idle.ms": 5000})
     with cluster:
         admin = Admin(cluster)
         fs = admin.client().create_topics([NewTopic(t, PARTITIONS, 3, config={"min.insync.replicas": "2"})
@@ -650,8 +676,15 @@ def test_consume_transform_produce_stays_exactly_once_across_leader_kills(tmp_pa
             admin.wait_isr(3, 30, t)
 
         stop_feeding, stop = threading.Event(), threading.Event()
-        progress = {"fed": 0, "transactions": 0, "aborted": 0, "copied": 0}
+        progress = {"fed": 0, "transactions": 0, "aborted": 0, "copied": 0, "phase": "start"}
         failure: list[BaseException] = []
+        # the loop's clients log librdkafka's eos and cgrp debug lines here, shown when the loop stalls
+        client_log = logging.getLogger(f"eos-loop-clients-{id(progress)}")
+        client_log.propagate = False
+        client_log.setLevel(logging.DEBUG)
+        log_handler = logging.FileHandler(tmp_path / "clients.log")
+        log_handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        client_log.addHandler(log_handler)
 
         def feed() -> None:
             f = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all",
@@ -669,14 +702,22 @@ def test_consume_transform_produce_stays_exactly_once_across_leader_kills(tmp_pa
         def loop() -> None:
             c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "eos-group",
                           "isolation.level": "read_committed", "enable.auto.commit": False,
-                          "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1000})
+                          "auto.offset.reset": "earliest", "topic.metadata.refresh.interval.ms": 1000,
+                          "debug": "cgrp", "logger": client_log})
             c.subscribe(["in"])
             # librdkafka learns a new leader from a metadata refresh; records queued for a killed leader wait
             # for the next one (topic.metadata.refresh.interval.ms, 5 min by default), as against Kafka
             p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id,
                           "transaction.timeout.ms": 60000, "message.timeout.ms": 50000,
-                          "topic.metadata.refresh.interval.ms": 1000})
+                          "topic.metadata.refresh.interval.ms": 1000, "debug": "eos", "logger": client_log})
             p.init_transactions(60)
+            # the producer's log lines are delivered by poll(); this thread calls it while the loop's own thread is
+            # blocked in a transactional call (librdkafka allows polling from any thread)
+            def pump_logs() -> None:
+                while not stop.is_set():
+                    p.poll(0.2)
+
+            threading.Thread(target=pump_logs, daemon=True).start()
 
             def retrying(call, *args) -> None:  # noqa: ANN001
                 deadline = time.monotonic() + 90
@@ -689,26 +730,32 @@ def test_consume_transform_produce_stays_exactly_once_across_leader_kills(tmp_pa
                         time.sleep(0.2)
 
             def rewind() -> None:
+                progress["phase"] = "rewind"
                 for tp in c.committed(c.assignment(), 30):
                     c.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
 
             try:
                 while not stop.is_set():
+                    progress["phase"] = "consume"
                     msgs = [m for m in c.consume(200, 0.5) if m.error() is None]
                     if not msgs:
                         continue
                     try:
+                        progress["phase"] = "produce"
                         p.begin_transaction()
                         for m in msgs:
                             p.produce("out", value=b"out-" + m.value(), partition=m.partition())
+                        progress["phase"] = "send_offsets_to_transaction"
                         retrying(p.send_offsets_to_transaction, c.position(c.assignment()),
                                  c.consumer_group_metadata(), 30)
+                        progress["phase"] = "commit_transaction"
                         retrying(p.commit_transaction, 60)
                         progress["transactions"] += 1
                         progress["copied"] += len(msgs)
                     except KafkaException as exc:
                         if not exc.args[0].txn_requires_abort():
                             raise
+                        progress["phase"] = "abort_transaction"
                         retrying(p.abort_transaction, 60)
                         progress["aborted"] += 1
                         rewind()
@@ -744,19 +791,17 @@ def test_consume_transform_produce_stays_exactly_once_across_leader_kills(tmp_pa
                     wait_until(lambda: progress["transactions"] > before + 2 or failure, 45,
                                f"transactions committed after the kill of {leader} (leader of {topic}-{partition})")
                 except AssertionError:
-                    # Seen once in CI (the kill of the broker leading both coordinators' partitions): the client's
-                    # AddOffsetsToTxn reached the new transaction coordinator, and then no TxnOffsetCommit reached
-                    # the new group coordinator for 90 s. Not reproduced since; the likely cause is librdkafka's
-                    # coordinator requests (rdkafka_coord.c): one started while the cached coordinator's connection
-                    # is down looks the coordinator up again only on a broker state change of that client, which a
-                    # dead broker never makes. The victim's return makes one; the commits must then go on, through
-                    # the brokers that took the coordinators over, within 90 s
+                    # the librdkafka stall described at the top: an idle connection closed by a broker, or the
+                    # victim's return, sets the client going again; the commits must then go on within 90 s
                     stalls.append(f"{topic}-{partition}")
                 cluster.restart(leader)
                 admin.down.discard(leader)
-                wait_until(lambda: progress["transactions"] > before + 2 or failure, 90,
-                           f"transactions committed after the kill of {leader} (leader of {topic}-{partition}) "
-                           "and its return")
+                try:
+                    wait_until(lambda: progress["transactions"] > before + 2 or failure, 90,
+                               f"transactions committed after the kill of {leader} (leader of {topic}-{partition}) "
+                               "and its return")
+                except AssertionError as exc:
+                    raise AssertionError(f"{exc}; {progress}\n{_stall_report(cluster, tmp_path / 'clients.log')}")
                 for t in ("in", "out", "__transaction_state", "__consumer_offsets"):
                     # before the next kill: with two brokers out of a partition's ISR it is below
                     # min.insync.replicas and nothing can commit (as in Kafka)
@@ -768,6 +813,8 @@ def test_consume_transform_produce_stays_exactly_once_across_leader_kills(tmp_pa
             stop_feeding.set()
             stop.set()
             worker.join(120)
+            client_log.removeHandler(log_handler)
+            log_handler.close()
         assert not failure, failure
 
         def read_all(topic: str, isolation: str) -> list[bytes]:
