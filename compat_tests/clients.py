@@ -735,8 +735,10 @@ DRIVER_SOURCE = JAVA_DIR / "KafkaDriver.java"
 CLASSES_DIR = JAVA_DIR / "classes"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 JARS_DIR = Path(os.environ.get("KBROKER_JARS_DIR", REPO_ROOT / ".cache" / "jars"))
+# jackson: the client's OAUTHBEARER login (its unsecured tokens are JSON)
 REQUIRED_JARS = ("kafka-clients-4.3.0.jar", "lz4-java-1.10.2.jar", "snappy-java-1.1.1.7.jar",
-                 "zstd-jni-1.5.6-10.jar", "slf4j-api-2.0.18.jar")
+                 "zstd-jni-1.5.6-10.jar", "slf4j-api-2.0.18.jar", "jackson-databind-2.21.2.jar",
+                 "jackson-core-2.21.2.jar", "jackson-annotations-2.21.jar")
 
 
 class JavaDriverError(AssertionError):

@@ -139,12 +139,15 @@ def test_unknown_key_is_warned_and_the_broker_serves(kbroker_factory):
     assert md.brokers
 
 
-@pytest.mark.parametrize("listeners,protocol_map,proto", [
-    ("SSL://127.0.0.1:{port}", None, "SSL"),
-    ("SASL_PLAINTEXT://127.0.0.1:{port}", None, "SASL_PLAINTEXT"),
-    ("CLIENT://127.0.0.1:{port}", "CLIENT:SASL_SSL", "SASL_SSL"),
+@pytest.mark.parametrize("listeners,protocol_map,expect", [
+    ("SSL://127.0.0.1:{port}", None, "missing.jks for configuration ssl.keystore.location: No such file"),
+    ("SASL_PLAINTEXT://127.0.0.1:{port}", None, "listener SASL_PLAINTEXT uses SASL but enables no mechanism kbroker "
+                                                "has (sasl.enabled.mechanisms=GSSAPI"),
+    ("CLIENT://127.0.0.1:{port}", "CLIENT:SASL_SSLX", "uses security protocol SASL_SSLX, which is not one of"),
 ])
-def test_security_listener_refused_until_implemented(tmp_path, listeners, protocol_map, proto):
+def test_security_listener_that_cannot_be_served_is_refused(tmp_path, listeners, protocol_map, expect):
+    """A TLS listener without a usable keystore, a SASL listener with only GSSAPI (Kafka's default mechanism, not
+    implemented) and an unknown protocol stop the start with one line, before the directory is formatted."""
     port = free_port()
     overrides = {"log.dirs": str(tmp_path / "data"), "listeners": listeners.format(port=port),
                  "advertised.listeners": listeners.format(port=port),
@@ -154,7 +157,7 @@ def test_security_listener_refused_until_implemented(tmp_path, listeners, protoc
     res = run_kbroker(tmp_path, overrides)
     assert res.returncode == 1
     line = one_error_line(res.stderr)
-    assert f"uses security protocol {proto}, which this kbroker version does not support" in line
+    assert expect in line, line
     assert not (tmp_path / "data" / "meta.properties").exists(), "a refused start formatted the directory"
 
 

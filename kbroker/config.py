@@ -31,6 +31,24 @@ SSL_DEFAULTS: dict[str, str] = {
     "ssl.principal.mapping.rules": "DEFAULT",
 }
 
+#: Kafka's defaults of the SASL keys (read per listener by :mod:`kbroker.security.sasl`)
+SASL_DEFAULTS: dict[str, str] = {
+    "sasl.enabled.mechanisms": "GSSAPI",
+    "sasl.mechanism.inter.broker.protocol": "GSSAPI",
+    "sasl.mechanism.controller.protocol": "GSSAPI",
+    "sasl.jaas.config": "",
+    "connection.failed.authentication.delay.ms": "100",
+    "sasl.server.max.receive.size": "524288",
+    "connections.max.reauth.ms": "0",
+    "sasl.oauthbearer.jwks.endpoint.url": "",
+    "sasl.oauthbearer.jwks.endpoint.refresh.ms": "3600000",
+    "sasl.oauthbearer.expected.audience": "",
+    "sasl.oauthbearer.expected.issuer": "",
+    "sasl.oauthbearer.sub.claim.name": "sub",
+    "sasl.oauthbearer.scope.claim.name": "scope",
+    "sasl.oauthbearer.clock.skew.seconds": "30",
+}
+
 # Kafka broker defaults for the keys kbroker reads (facts from Kafka's documentation of broker configs).
 BROKER_DEFAULTS: dict[str, str] = {
     "process.roles": "broker,controller",
@@ -112,6 +130,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "fetch.max.bytes": "57671680",
     "cluster.id": "",
     **SSL_DEFAULTS,
+    **SASL_DEFAULTS,
 }
 
 

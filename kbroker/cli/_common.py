@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -162,6 +163,18 @@ def _ssl_to_librdkafka(props: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def _sasl_jaas_to_librdkafka(text: str) -> dict[str, str]:
+    """The Java client's ``sasl.jaas.config`` (PlainLoginModule / ScramLoginModule with username and password)
+    as librdkafka's ``sasl.username`` / ``sasl.password``."""
+    from kbroker.security.sasl import SaslConfigError, parse_jaas
+
+    try:
+        opts = parse_jaas(text).options
+    except SaslConfigError as exc:
+        raise CliError(str(exc)) from None
+    return {k: opts[n] for k, n in (("sasl.username", "username"), ("sasl.password", "password")) if n in opts}
+
+
 _JAVA_SSL_KEYS = frozenset({
     "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.certificates",
     "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.keystore.certificate.chain",
@@ -177,6 +190,9 @@ def to_librdkafka(props: Mapping[str, str]) -> dict[str, str]:
     for key, value in props.items():
         if key in _JAVA_SSL_KEYS:
             continue
+        if key == "sasl.jaas.config":
+            out.update(_sasl_jaas_to_librdkafka(value))
+            continue
         if key in _JAVA_TO_LIBRDKAFKA:
             rule = _JAVA_TO_LIBRDKAFKA[key]
             if rule is None:
@@ -191,22 +207,36 @@ def to_librdkafka(props: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def wire_ssl_context(props: Mapping[str, str], what: str) -> Any:
-    """The TLS context for the requests sent through kbroker's own codec (:mod:`kbroker.cli._wire`): None for
-    ``security.protocol=PLAINTEXT``, a client context from the Java client's ``ssl.*`` keys for SSL; SASL is
-    refused rather than silently ignored."""
+@dataclass(frozen=True)
+class WireSecurity:
+    """TLS context and SASL credentials of the connections of kbroker's own codec client."""
+
+    ssl_context: Any = None
+    sasl: Any = None
+
+
+def wire_ssl_context(props: Mapping[str, str], what: str) -> WireSecurity | None:
+    """The security of the requests sent through kbroker's own codec (:mod:`kbroker.cli._wire`), from the Java
+    client's keys in ``--command-config``: None for ``security.protocol=PLAINTEXT``; a TLS client context from
+    ``ssl.*`` for SSL and SASL_SSL; for SASL_PLAINTEXT and SASL_SSL ``sasl.mechanism`` (PLAIN, SCRAM-SHA-256,
+    SCRAM-SHA-512) with the ``username`` / ``password`` of ``sasl.jaas.config``."""
     proto = props.get("security.protocol", "PLAINTEXT").strip().upper()
     if proto == "PLAINTEXT":
         return None
-    if proto != "SSL":
-        raise CliError(f"{what} needs a PLAINTEXT or SSL listener: security.protocol={proto} is not supported by its "
-                       "protocol client")
+    if proto not in ("SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        raise CliError(f"{what}: unknown security.protocol={proto}")
+    from kbroker.security.sasl import SaslConfigError, client_config
     from kbroker.security.tls import TlsConfigError, client_context, settings
 
+    get = settings(props)
     try:
-        return client_context(settings(props))
-    except TlsConfigError as exc:
+        ctx = client_context(get) if proto in ("SSL", "SASL_SSL") else None
+        sasl = None
+        if proto.startswith("SASL"):
+            sasl = client_config(get, "sasl.mechanism")
+    except (TlsConfigError, SaslConfigError) as exc:
         raise CliError(str(exc)) from None
+    return WireSecurity(ctx, sasl)
 
 
 # ------------------------------------------------------------------------------------------ confluent-kafka

@@ -104,7 +104,7 @@ BROKER_RESOURCE = 4
 class Connection:
     """One broker connection: size-prefixed frames, correlation ids, negotiated versions."""
 
-    def __init__(self, host: str, port: int, timeout: float, client_id: str, ssl_context: Any = None) -> None:
+    def __init__(self, host: str, port: int, timeout: float, client_id: str, security: Any = None) -> None:
         self.address = f"{host}:{port}"
         self.timeout = timeout
         self.client_id = client_id
@@ -113,15 +113,38 @@ class Connection:
             self.sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
             raise CliError(f"cannot connect to {self.address}: {exc.strerror or exc}") from None
-        if ssl_context is not None:
+        if security is not None and security.ssl_context is not None:
             try:
-                self.sock = ssl_context.wrap_socket(self.sock, server_hostname=host)
+                self.sock = security.ssl_context.wrap_socket(self.sock, server_hostname=host)
             except OSError as exc:  # ssl.SSLError included: a failed handshake, an untrusted certificate
                 self.sock.close()
                 raise CliError(f"TLS handshake with {self.address} failed: {exc}") from None
         self.sock.settimeout(timeout)
         self.versions: dict[int, tuple[int, int]] = {}
         self._negotiate()
+        if security is not None and security.sasl is not None:
+            self._authenticate(security.sasl)
+
+    def _authenticate(self, sasl: Any) -> None:
+        """SaslHandshake v1 and SaslAuthenticate (KIP-152) with the configured mechanism and credentials."""
+        from kbroker.protocol.messages import SaslAuthenticateRequest, SaslHandshakeRequest
+        from kbroker.security.sasl import AuthenticationFailed
+
+        hs = self._roundtrip(SaslHandshakeRequest(mechanism=sasl.mechanism), 1)
+        if hs.error_code:
+            raise CliError(f"{self.address} does not accept SASL mechanism {sasl.mechanism} "
+                           f"({error_name(hs.error_code)}; it offers {', '.join(hs.mechanisms)})")
+        exchange = sasl.exchange()
+        token = exchange.first()
+        while token is not None:
+            resp = self._roundtrip(SaslAuthenticateRequest(auth_bytes=token), 2)
+            if resp.error_code:
+                raise CliError(f"authentication with {self.address} failed: "
+                               f"{resp.error_message or error_name(resp.error_code)}")
+            try:
+                token = exchange.step(bytes(resp.auth_bytes))
+            except AuthenticationFailed as exc:
+                raise CliError(f"authentication with {self.address} failed: {exc}") from None
 
     def close(self) -> None:
         try:
@@ -197,7 +220,8 @@ class Connection:
 
 class WireClient:
     """Connections to the cluster behind ``bootstrap`` (``host:port[,host:port...]``), made on demand; TLS ones
-    with ``ssl_context`` (:func:`kbroker.cli._common.wire_ssl_context`)."""
+    with ``ssl_context``, a :class:`kbroker.cli._common.WireSecurity` (TLS and SASL) from
+    :func:`kbroker.cli._common.wire_ssl_context`."""
 
     def __init__(self, bootstrap: str, timeout: float | None = None, client_id: str = "kbroker-cli",
                  ssl_context: Any = None) -> None:
@@ -224,7 +248,7 @@ class WireClient:
         key = f"{host}:{port}"
         conn = self._conns.get(key)
         if conn is None:
-            conn = Connection(host, port, self.timeout, self.client_id, self.ssl_context)
+            conn = Connection(host, port, self.timeout, self.client_id, self.ssl_context)  # a WireSecurity
             self._conns[key] = conn
         return conn
 

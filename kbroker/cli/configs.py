@@ -5,12 +5,24 @@
         --add-config retention.ms=60000,cleanup.policy=[compact,delete] --delete-config segment.ms
     kbroker-configs --bootstrap-server localhost:9092 --entity-type brokers --entity-default --describe
     kbroker-configs --bootstrap-server localhost:9092 --broker 1 --alter --add-config log.retention.ms=3600000
+    kbroker-configs --bootstrap-server localhost:9092 --entity-type users --entity-name alice --alter \
+        --add-config 'SCRAM-SHA-256=[iterations=8192,password=alice-secret]' --delete-config SCRAM-SHA-512
+    kbroker-configs --bootstrap-server localhost:9092 --entity-type users [--entity-name alice] --describe
 
 Output follows Kafka's ``ConfigCommand``: ``Dynamic configs for topic t are:`` then
 ``  name=value sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:name=value, DEFAULT_CONFIG:...}`` per entry, and
 ``Completed updating config for topic t.`` after an alter. Changes use IncrementalAlterConfigs
 (confluent-kafka's AdminClient); descriptions use DescribeConfigs with synonyms through kbroker's protocol
 codec, which keeps every synonym (several can share a name) and reaches the cluster-default broker resource.
+
+Users carry SCRAM credentials (KIP-554), changed with AlterUserScramCredentials (confluent-kafka's AdminClient) and
+listed with DescribeUserScramCredentials (kbroker's protocol codec): ``--add-config
+'SCRAM-SHA-256=[iterations=8192,password=secret]'`` (iterations optional, default 4096; the client salts and
+hashes the password, which never reaches the broker) and ``--delete-config SCRAM-SHA-512``, sent as one request
+as ``kafka-configs.sh`` does (so two changes of one user in one command get DUPLICATE_RESOURCE from the
+controller, as from Kafka's). ``--describe`` prints ``SCRAM credential configs for user-principal 'alice' are
+SCRAM-SHA-256=iterations=8192`` per user that has credentials. Client quotas (the other user configs, and the
+``clients`` / ``ips`` entity types) are not supported.
 """
 
 from __future__ import annotations
@@ -38,12 +50,16 @@ PROG = "kbroker-configs"
 # ConfigResource.Type codes and the dynamic source shown by --describe without --all.
 RESOURCE_TYPES = {"topics": 2, "brokers": 4, "broker-loggers": 8, "client-metrics": 16, "groups": 32}
 SINGULAR = {"topics": "topic", "brokers": "broker", "broker-loggers": "broker-logger",
-            "client-metrics": "client-metric", "groups": "group"}
+            "client-metrics": "client-metric", "groups": "group", "users": "user"}
 CONFIG_SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
                   3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
                   6: "DYNAMIC_BROKER_LOGGER_CONFIG", 7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG"}
-QUOTA_TYPES = ("users", "clients", "ips")
+QUOTA_TYPES = ("clients", "ips")
 OP_SET, OP_DELETE = 0, 1
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+#: Kafka's client quota keys of users (``QuotaConfig.isClientOrUserQuotaConfig``)
+USER_QUOTA_KEYS = frozenset({"producer_byte_rate", "consumer_byte_rate", "request_percentage",
+                             "controller_mutation_rate"})
 
 
 def build_parser() -> ToolParser:
@@ -55,8 +71,8 @@ def build_parser() -> ToolParser:
     p.add_argument("--describe", action="store_true", help="list configs for the given entity")
     p.add_argument("--alter", action="store_true", help="alter the configuration of the entity")
     p.add_argument("--all", action="store_true", help="with --describe: every config, not only the dynamic ones")
-    p.add_argument("--entity-type", choices=[*RESOURCE_TYPES, *QUOTA_TYPES],
-                   help="type of entity (topics, brokers, broker-loggers, client-metrics, groups)")
+    p.add_argument("--entity-type", choices=[*RESOURCE_TYPES, "users", *QUOTA_TYPES],
+                   help="type of entity (topics, brokers, broker-loggers, client-metrics, groups, users)")
     p.add_argument("--entity-name", help="name of the entity (topic name, broker id, ...)")
     p.add_argument("--entity-default", action="store_true", help="the cluster-wide default (brokers only)")
     p.add_argument("--topic", help="shorthand for --entity-type topics --entity-name TOPIC")
@@ -64,6 +80,7 @@ def build_parser() -> ToolParser:
     p.add_argument("--broker-defaults", action="store_true", help="shorthand for --entity-type brokers --entity-default")
     p.add_argument("--broker-logger", help="shorthand for --entity-type broker-loggers --entity-name BROKER")
     p.add_argument("--group", help="shorthand for --entity-type groups --entity-name GROUP")
+    p.add_argument("--user", help="shorthand for --entity-type users --entity-name USER")
     p.add_argument("--add-config", metavar="K=V,K2=[V1,V2]", help="configs to set, comma-separated; list values "
                                                                    "in square brackets")
     p.add_argument("--add-config-file", metavar="FILE", help="a properties file of configs to set")
@@ -74,7 +91,8 @@ def build_parser() -> ToolParser:
 
 def resolve_entity(p: ToolParser, a: Any) -> tuple[str, str | None]:
     """(entity type, entity name or None for "all"); ``""`` is the cluster default."""
-    shorthands = [(a.topic, "topics"), (a.broker, "brokers"), (a.broker_logger, "broker-loggers"), (a.group, "groups")]
+    shorthands = [(a.topic, "topics"), (a.broker, "brokers"), (a.broker_logger, "broker-loggers"), (a.group, "groups"),
+                  (a.user, "users")]
     etype, name = a.entity_type, a.entity_name
     for value, kind in shorthands:
         if value is not None:
@@ -86,10 +104,10 @@ def resolve_entity(p: ToolParser, a: Any) -> tuple[str, str | None]:
     if not etype:
         p.error("an entity type must be specified with --entity-type (or --topic/--broker/--broker-defaults)")
     if etype in QUOTA_TYPES:
-        raise CliError(f"entity type {etype} (client quotas and SCRAM credentials) is not supported by {PROG}")
+        raise CliError(f"entity type {etype} (client quotas) is not supported by {PROG}")
     if a.entity_default:
-        if etype != "brokers":
-            p.error("--entity-default is only valid with --entity-type brokers")
+        if etype not in ("brokers", "users"):
+            p.error("--entity-default is only valid with --entity-type brokers or users")
         if name is not None:
             p.error("--entity-name and --entity-default can't be used together")
         name = ""
@@ -241,6 +259,107 @@ class ConfigService:
                                + (f": {r.error_message}" if r.error_message else ""))
 
 
+class ScramUserService:
+    """``--entity-type users``: the SCRAM credentials of users, as Kafka's ``ConfigCommand`` handles them with
+    ``--bootstrap-server`` (``alterUserScramCredentialConfigs``, ``describeClientQuotaAndUserScramCredentialConfigs``),
+    changes through confluent-kafka's AdminClient, descriptions through kbroker's protocol codec."""
+
+    def __init__(self, args: Any, name: str | None) -> None:
+        self.args = args
+        self.name = name
+        self.props = load_properties(args.command_config)
+
+    def close(self) -> None:
+        pass
+
+    def describe(self) -> None:
+        """One ``SCRAM credential configs for user-principal '<user>' are <MECHANISM>=iterations=<n>, ...`` line per
+        user with credentials: the named one, or every one. A named user without credentials prints nothing (Kafka's
+        Admin client leaves RESOURCE_NOT_FOUND users out); ``--entity-default`` describes quotas only, so nothing
+        here. Sent through kbroker's protocol codec (librdkafka 2.16 aborts on an answer with a top-level error,
+        such as CLUSTER_AUTHORIZATION_FAILED, and mangles the error messages of this API)."""
+        from kbroker.cli._wire import WireClient, error_name
+        from kbroker.controller.scram_control import MECHANISM_NAMES
+        from kbroker.protocol.errors import ErrorCode
+        from kbroker.protocol.messages import DescribeUserScramCredentialsRequest as Req
+
+        if self.name == "":
+            return
+        bootstrap = self.args.bootstrap_server or self.args.bootstrap_controller
+        with WireClient(bootstrap, ssl_context=wire_ssl_context(self.props, "describing SCRAM credentials")) as wire:
+            resp = wire.send(Req(users=None if self.name is None else [Req.UserName(name=self.name)]))
+        if resp.error_code:
+            raise CliError(f"Error while executing config command : {error_name(resp.error_code)}"
+                           + (f": {resp.error_message}" if resp.error_message else ""))
+        for r in resp.results:
+            if r.error_code == ErrorCode.RESOURCE_NOT_FOUND:
+                continue
+            if r.error_code:
+                print(f"Error retrieving SCRAM credential configs for user-principal '{r.user}': "
+                      f"{error_name(r.error_code)}" + (f": {r.error_message}" if r.error_message else ""))
+                continue
+            text = ", ".join(f"{MECHANISM_NAMES.get(c.mechanism, 'UNKNOWN')}=iterations={c.iterations}"
+                             for c in r.credential_infos)
+            print(f"SCRAM credential configs for user-principal '{r.user}' are {text}")
+
+    def alter(self) -> None:
+        """Upsert the ``SCRAM-SHA-*=[iterations=N,password=P]`` entries of ``--add-config`` and delete the
+        mechanisms of ``--delete-config``, in one AlterUserScramCredentials request; Kafka's checks and messages."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import (ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
+                                           UserScramCredentialUpsertion)
+
+        a = self.args
+        if self.name is None:
+            raise CliError("--entity-name or --entity-default must be specified with --alter")
+        to_add = parse_add_config(a.add_config, a.add_config_file)
+        to_delete = [k.strip() for item in a.delete_config for k in item.split(",") if k.strip()]
+        if not to_add and not to_delete:
+            raise CliError("--add-config, --add-config-file or --delete-config must be specified with --alter")
+        unknown_add = sorted(k for k in to_add if k not in SCRAM_MECHANISMS and k not in USER_QUOTA_KEYS)
+        if unknown_add:
+            raise CliError("Only quota and SCRAM credential configs can be added for 'users' using --bootstrap-server. "
+                           f"Unexpected config names: {','.join(unknown_add)}")
+        unknown_delete = sorted(k for k in to_delete if k not in SCRAM_MECHANISMS and k not in USER_QUOTA_KEYS)
+        if unknown_delete:
+            raise CliError("Only quota and SCRAM credential configs can be deleted for 'users' using "
+                           f"--bootstrap-server. Unexpected config names: {','.join(unknown_delete)}")
+        if any(k in USER_QUOTA_KEYS for k in [*to_add, *to_delete]):
+            raise CliError(f"client quotas (user configs {', '.join(sorted(USER_QUOTA_KEYS))}) are not supported "
+                           f"by {PROG}")
+        if self.name == "":
+            raise CliError("The use of --entity-default or --user-defaults is not allowed with User SCRAM "
+                           "Credentials using --bootstrap-server.")
+        mechanisms = {m: getattr(ScramMechanism, m.replace("-", "_")) for m in SCRAM_MECHANISMS}
+        alterations: list[Any] = [UserScramCredentialDeletion(self.name, mechanisms[m]) for m in to_delete]
+        for mechanism, value in to_add.items():
+            iterations, password = _iterations_and_password(mechanism, value)
+            alterations.append(UserScramCredentialUpsertion(
+                self.name, ScramCredentialInfo(mechanisms[mechanism], iterations), password.encode("utf-8")))
+        admin = admin_client(a.bootstrap_server or a.bootstrap_controller, self.props)
+        try:
+            futures = admin.alter_user_scram_credentials(alterations)
+            for fut in futures.values():
+                result(fut)
+        except (KafkaException, ValueError, TypeError) as exc:
+            raise CliError(f"Error while executing config command : {kafka_error_text(exc)}") from None
+        print(f"Completed updating config for user {self.name}.")
+
+
+def _iterations_and_password(mechanism: str, value: str) -> tuple[int, str]:
+    """``[iterations=N,]password=P`` of a SCRAM entry of ``--add-config`` (Kafka's pattern and messages; iterations
+    default to 4096, and -1 means the default)."""
+    from kbroker.controller.scram_control import DEFAULT_ITERATIONS, MIN_ITERATIONS
+
+    m = re.fullmatch(r"(?:iterations=(-?[0-9]+),)?password=(.*)", value, re.S)
+    if m is None:
+        raise CliError(f"Invalid credential property {mechanism}={value}")
+    iterations = DEFAULT_ITERATIONS if m.group(1) in (None, "-1") else int(m.group(1))
+    if iterations < MIN_ITERATIONS:
+        raise CliError(f"Iterations {iterations} is less than the minimum {MIN_ITERATIONS} required for {mechanism}")
+    return iterations, m.group(2)
+
+
 def _v(value: str | None) -> str:
     return "null" if value is None else value
 
@@ -259,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         etype, name = resolve_entity(parser, args)
-        svc = ConfigService(args, etype, name)
+        svc: Any = ScramUserService(args, name) if etype == "users" else ConfigService(args, etype, name)
         try:
             svc.describe() if args.describe else svc.alter()
         finally:

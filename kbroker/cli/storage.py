@@ -17,6 +17,12 @@ as the bootstrap snapshot ``__cluster_metadata-0/00000000000000000000-0000000000
 and a KRaftVoters record); ``--no-initial-controllers`` formats a controller that joins later as an observer
 (``kbroker-metadata-quorum add-controller``). With static voters ``--initial-controllers`` must name them and
 nothing more is written. ``info`` reports what is on disk.
+
+``--add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]'`` (repeatable; also ``iterations=``, ``salt=``,
+``saltedpassword=``, as ``kafka-storage.sh``) writes SCRAM credentials (KIP-554) into the bootstrap metadata,
+``<metadata.log.dir>/bootstrap.checkpoint`` (Kafka's file: the bootstrap feature levels, then a
+UserScramCredentialRecord per credential), which the first active controller commits to the new metadata log
+(``kbroker.controller.bootstrap``); format every controller of a new cluster with the same flags.
 """
 
 from __future__ import annotations
@@ -54,7 +60,9 @@ def build_parser() -> ToolParser:
                           "voters: must match controller.quorum.voters)")
     fmt.add_argument("--no-initial-controllers", "-N", action="store_true",
                      help="a controller that joins a dynamic quorum later (add-controller)")
-    fmt.add_argument("--add-scram", "-S", action="append", default=[], help="not supported")
+    fmt.add_argument("--add-scram", "-S", action="append", default=[], metavar="MECHANISM=[name=...,password=...]",
+                     help="a SCRAM credential to bootstrap, e.g. 'SCRAM-SHA-256=[name=alice,password=alice-secret]' "
+                          "(also iterations=, salt= (base64), saltedpassword= (base64, with salt)); repeatable")
     return p
 
 
@@ -103,8 +111,7 @@ def format_command(args: Any) -> int:
                                                  ("transaction.version", "0"), ("kraft.version", "0")}:
             raise CliError(f"unsupported feature level {feature!r}: kbroker bootstraps metadata.version=30, "
                            "group.version=1, transaction.version=0")
-    if args.add_scram:
-        raise CliError("--add-scram is not supported: kbroker has no SASL/SCRAM listener")
+    scram_records = [parse_add_scram(arg) for arg in args.add_scram]
     from kbroker.controller.quorum_controller import parse_quorum_voters
 
     try:
@@ -148,11 +155,83 @@ def format_command(args: Any) -> int:
                                           directory_id=own_directory_id if d == metadata_dir else None)
             if d == metadata_dir and bootstrap_voters is not None:
                 _write_bootstrap_snapshot(d, bootstrap_voters, node_id, props["directory.id"])
+            if d == metadata_dir and scram_records:
+                from kbroker.controller.bootstrap import write_bootstrap_file
+                from kbroker.controller.quorum_controller import BOOTSTRAP_FEATURES
+
+                write_bootstrap_file(d, BOOTSTRAP_FEATURES, scram_records)
         except OSError as exc:
             raise CliError(f"Unable to create storage directory {d}: {exc.strerror or exc}") from None
         kind = "metadata" if d == metadata_dir else "data"
         print(f"Formatting {kind} directory {d} with metadata.version {METADATA_VERSION}.")
     return 0
+
+
+def parse_add_scram(argument: str) -> Any:
+    """The UserScramCredentialRecord of one ``--add-scram`` argument, parsed as Kafka's ``ScramParser``:
+    ``<mechanism>=[key=value,...]`` with mechanism SCRAM-SHA-256 or SCRAM-SHA-512 and the keys ``name``
+    (required), ``password`` or ``saltedpassword`` (base64, needs ``salt``), ``salt`` (base64; random when not
+    given) and ``iterations`` (4096..16384, default 4096); values may be in double quotes. Raises
+    :class:`CliError` with Kafka's message for each mistake."""
+    import base64
+    import binascii
+
+    from kbroker.controller.scram_control import (DEFAULT_ITERATIONS, MAX_ITERATIONS, MECHANISM_CODES,
+                                                  MIN_ITERATIONS, credential_record)
+
+    text = argument.strip()
+    mechanism, eq, config = text.partition("=")
+    if not eq:
+        raise CliError(f"Failed to find equals sign in SCRAM argument '{text}'")
+    if mechanism not in MECHANISM_CODES:
+        raise CliError(f"The add-scram mechanism {mechanism} is not supported.")
+    if not config.startswith("["):
+        raise CliError("Expected configuration string to start with [")
+    if not config.endswith("]"):
+        raise CliError("Expected configuration string to end with ]")
+    parts: dict[str, str] = {}
+    for component in config[1:-1].split(","):
+        key, eq, value = component.partition("=")
+        if not eq:
+            raise CliError(f"No equals sign found in SCRAM component: {component}")
+        if len(value) >= 2 and value.startswith('"') and value.endswith('"'):
+            value = value[1:-1]
+        parts[key] = value
+    name = parts.pop("name", None)
+    if name is None:
+        raise CliError("You must supply 'name' to add-scram")
+
+    def b64(what: str, value: str) -> bytes:
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise CliError(f"Failed to decode given {what}: {value}") from None
+
+    salt = b64("salt", parts.pop("salt")) if "salt" in parts else None
+    iterations = DEFAULT_ITERATIONS
+    if "iterations" in parts:
+        raw = parts.pop("iterations")
+        try:
+            iterations = int(raw)
+        except ValueError:
+            raise CliError(f"Failed to parse iterations count: {raw}") from None
+    password = parts.pop("password", None)
+    salted_text = parts.pop("saltedpassword", None)
+    salted = None
+    if password is None:
+        if salted_text is None:
+            raise CliError("You must supply one of 'password' or 'saltedpassword' to add-scram")
+        if salt is None:
+            raise CliError("You must supply 'salt' with 'saltedpassword' to add-scram")
+        salted = b64("saltedPassword", salted_text)
+    if parts:
+        raise CliError(f"Unknown SCRAM configurations: {', '.join(sorted(parts))}")
+    if iterations < MIN_ITERATIONS:
+        raise CliError(f"The 'iterations' value must be >= {MIN_ITERATIONS} for add-scram using {mechanism}")
+    if iterations > MAX_ITERATIONS:
+        raise CliError(f"The 'iterations' value must be <= {MAX_ITERATIONS} for add-scram using {mechanism}")
+    return credential_record(name, MECHANISM_CODES[mechanism], password=password,
+                             salted=salted if password is None else None, salt=salt, iterations=iterations)
 
 
 def _initial_voters(config: Any, node_id: int, args: Any) -> tuple[list[tuple[int, str | None, list[Any]]], str | None]:

@@ -318,8 +318,6 @@ class TopicService:
         from kbroker.protocol.messages import DescribeTopicPartitionsRequest
 
         out: dict[tuple[str, int], tuple[list[int] | None, list[int] | None]] = {}
-        if self.props.get("security.protocol", "PLAINTEXT").strip().upper() not in ("PLAINTEXT", "SSL"):
-            return out  # the codec connection has no SASL: leave the ELR columns at N/A
         try:
             with WireClient(self.args.bootstrap_server, ssl_context=wire_ssl_context(self.props, PROG)) as wire:
                 conn = wire.any_broker()

@@ -99,7 +99,7 @@ _STATIC: list[tuple] = [
      "The addresses clients are told to use, per listener name (default: the listeners).", None, True),
     ("listener.security.protocol.map", "list",
      "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL", MEDIUM,
-     "The security protocol of each listener name (kbroker serves PLAINTEXT and SSL).", None, True),
+     "The security protocol of each listener name: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.", None, True),
     ("inter.broker.listener.name", "string", "PLAINTEXT", MEDIUM,
      "The listener this broker uses to reach other brokers (replica fetches, transaction verification, markers); "
      "every broker must have a listener of that name.", None, True),
@@ -285,6 +285,36 @@ _STATIC: list[tuple] = [
     ("ssl.principal.mapping.rules", "string", "DEFAULT", LOW,
      "Rules from a client certificate's distinguished name to its principal (RULE:pattern/replacement/[LU], "
      "DEFAULT).", None, True),
+    ("sasl.enabled.mechanisms", "list", "GSSAPI", MEDIUM,
+     "The SASL mechanisms a SASL listener offers: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (GSSAPI is not "
+     "implemented).",
+     None, True),
+    ("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI", MEDIUM,
+     "The mechanism this broker authenticates with on a SASL inter-broker listener.", None, True),
+    ("sasl.mechanism.controller.protocol", "string", "GSSAPI", MEDIUM,
+     "The mechanism this node authenticates with on a SASL controller listener.", None, True),
+    ("sasl.jaas.config", "password", "", MEDIUM,
+     "JAAS login module line (per listener and mechanism: listener.name.<l>.<mechanism>.sasl.jaas.config); PLAIN's "
+     "user_<name> options are its users, username/password this node's own.", None, True),
+    ("connection.failed.authentication.delay.ms", "int", "100", LOW,
+     "Delay before a failed authentication is answered and the connection closed, ms.", (0, None, None), True),
+    ("sasl.server.max.receive.size", "int", "524288", LOW,
+     "Largest SASL token accepted before authentication, bytes.", (1, None, None), True),
+    ("sasl.oauthbearer.jwks.endpoint.url", "string", "", MEDIUM,
+     "Where OAuthBearerValidatorCallbackHandler gets the signing keys: an https://, http:// or file: URL.", None,
+     True),
+    ("sasl.oauthbearer.jwks.endpoint.refresh.ms", "long", "3600000", LOW,
+     "How often the JWKS is fetched again, ms (and when a token names an unknown key id).", (1, None, None), True),
+    ("sasl.oauthbearer.expected.audience", "list", "", LOW,
+     "Audiences a token's aud claim must name one of (empty: not checked).", None, True),
+    ("sasl.oauthbearer.expected.issuer", "string", "", LOW, "The iss claim a token must have (empty: not checked).",
+     None, True),
+    ("sasl.oauthbearer.sub.claim.name", "string", "sub", LOW, "The claim holding the principal name.", None, True),
+    ("sasl.oauthbearer.scope.claim.name", "string", "scope", LOW, "The claim holding the scopes.", None, False),
+    ("sasl.oauthbearer.clock.skew.seconds", "int", "30", LOW,
+     "Clock difference allowed when checking exp, nbf and iat, seconds.", (0, None, None), True),
+    ("connections.max.reauth.ms", "long", "0", MEDIUM,
+     "Longest SASL session before the client must re-authenticate (KIP-368); 0: no limit.", (0, None, None), True),
     ("metrics.port", "int", "", LOW,
      "Port of the Prometheus metrics endpoint (kbroker's own key; unset: no endpoint).", (0, 65535, None), True),
     ("metrics.host", "string", "", LOW,
@@ -447,12 +477,13 @@ def validate_server_config(props: Mapping[str, str]) -> list[str]:
     return warnings
 
 
-SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL")
+SUPPORTED_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 def validate_listeners(props: Mapping[str, str]) -> None:
-    """Refuse a listener whose security protocol kbroker does not implement (SASL_PLAINTEXT, SASL_SSL):
-    serving it as plaintext would silently drop the security the operator asked for."""
+    """Refuse a listener whose security protocol kbroker does not know (a typo in
+    ``listener.security.protocol.map``): serving it as plaintext would silently drop the security the operator
+    asked for."""
     get = lambda k: props.get(k, BROKER_DEFAULTS.get(k, ""))  # noqa: E731
     mapping: dict[str, str] = {}
     for item in get("listener.security.protocol.map").split(","):
@@ -466,9 +497,8 @@ def validate_listeners(props: Mapping[str, str]) -> None:
         proto = mapping.get(name, name)
         if proto not in SUPPORTED_SECURITY_PROTOCOLS:
             raise ConfigException(
-                f"Listener {name} ({item.strip()}) uses security protocol {proto}, which this kbroker version does "
-                f"not support (PLAINTEXT and SSL only): remove the listener or map it to PLAINTEXT or SSL in "
-                f"listener.security.protocol.map")
+                f"Listener {name} ({item.strip()}) uses security protocol {proto}, which is not one of "
+                f"{', '.join(SUPPORTED_SECURITY_PROTOCOLS)}: map it to one of them in listener.security.protocol.map")
 
 
 def _is_listener_prefixed(name: str) -> bool:

@@ -16,8 +16,11 @@ Replay semantics follow Kafka's metadata records (``metadata-specs/``):
   ``FenceBrokerRecord`` / ``UnfenceBrokerRecord`` / ``BrokerRegistrationChangeRecord`` toggle fencing.
 * ``FeatureLevelRecord`` sets a finalized feature level; level 0 removes the feature.
 * ``ProducerIdsRecord`` moves the next producer id block.
+* ``UserScramCredentialRecord`` sets (adds or replaces) the SCRAM credential of a (user, mechanism);
+  ``RemoveUserScramCredentialRecord`` removes it (KIP-554; a removal of a credential that is not there changes
+  nothing).
 * ``NoOpRecord`` and the metadata transaction markers change nothing here (the controller groups
-  transactional records before they reach the delta). ACL, quota, SCRAM, delegation-token, ZK-migration
+  transactional records before they reach the delta). ACL, quota, delegation-token, ZK-migration
   and controller-registration records are accepted and ignored for now.
 """
 
@@ -42,9 +45,11 @@ from kbroker.protocol.metadata_records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    RemoveUserScramCredentialRecord,
     TopicRecord,
     UnfenceBrokerRecord,
     UnregisterBrokerRecord,
+    UserScramCredentialRecord,
 )
 
 __all__ = [
@@ -59,6 +64,7 @@ __all__ = [
     "MetadataReplayError",
     "diff_images",
     "PartitionImage",
+    "ScramCredential",
     "TopicImage",
     "is_internal",
 ]
@@ -145,6 +151,19 @@ class TopicImage:
 
 
 @dataclass(frozen=True, slots=True)
+class ScramCredential:
+    """The SCRAM credential of one (user, mechanism), as ``UserScramCredentialRecord`` carries it (KIP-554,
+    RFC 5802 section 3): ``salt``; ``stored_key`` = H(HMAC(SaltedPassword, "Client Key")); ``server_key`` =
+    HMAC(SaltedPassword, "Server Key"), with the mechanism's hash (SHA-256 or SHA-512); ``iterations`` of
+    Hi(). The password itself is never stored. The keys are left out of ``repr``."""
+
+    salt: bytes = field(repr=False)
+    stored_key: bytes = field(repr=False)
+    server_key: bytes = field(repr=False)
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataImage:
     cluster_id: str
     #: offset of the last record applied from ``__cluster_metadata`` (-1: nothing applied yet)
@@ -158,6 +177,9 @@ class MetadataImage:
     configs: Mapping[tuple[int, str], Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
     #: first producer id of the next block the controller will hand out
     producer_ids_next: int = 0
+    #: (user name, mechanism code) -> SCRAM credential; mechanism codes are Kafka's ``ScramMechanism`` types:
+    #: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512 (``kbroker.controller.scram_control``)
+    scram_credentials: Mapping[tuple[str, int], ScramCredential] = field(default_factory=lambda: _EMPTY)
 
     @classmethod
     def empty(cls, cluster_id: str) -> MetadataImage:
@@ -204,11 +226,14 @@ class MetadataChanges:
     changed_brokers: frozenset[int] = frozenset()
     features_changed: bool = False
     producer_ids_changed: bool = False
+    #: (user name, mechanism code) of every SCRAM credential added, replaced or removed
+    changed_scram_credentials: frozenset[tuple[str, int]] = frozenset()
 
     @property
     def is_empty(self) -> bool:
         return not (self.created_topics or self.deleted_topics or self.changed_partitions or self.changed_configs
-                    or self.changed_brokers or self.features_changed or self.producer_ids_changed)
+                    or self.changed_brokers or self.features_changed or self.producer_ids_changed
+                    or self.changed_scram_credentials)
 
 
 def _tup(values: Iterable[Any] | None) -> tuple[Any, ...]:
@@ -234,6 +259,8 @@ class MetadataDelta:
         self._producer_ids_next: int | None = None
         self._changed_partitions: set[tuple[bytes, int]] = set()
         self._changed_brokers: set[int] = set()
+        self._scram: dict[tuple[str, int], ScramCredential] | None = None
+        self._changed_scram: set[tuple[str, int]] = set()
 
     # ---- lookups through the overlay ----
     def _topic_id_by_name(self, name: str) -> bytes | None:
@@ -264,6 +291,11 @@ class MetadataDelta:
         if self._brokers is None:
             self._brokers = dict(self.image.brokers)
         return self._brokers
+
+    def _mutable_scram(self) -> dict[tuple[str, int], ScramCredential]:
+        if self._scram is None:
+            self._scram = dict(self.image.scram_credentials)
+        return self._scram
 
     def _mutable_config(self, key: tuple[int, str]) -> dict[str, str]:
         if key in self._configs:
@@ -427,6 +459,17 @@ class MetadataDelta:
             raise MetadataReplayError(f"producer id block moves backwards: {r.next_producer_id} < {current}")
         self._producer_ids_next = r.next_producer_id
 
+    def _replay_scram_credential(self, r: UserScramCredentialRecord) -> None:
+        key = (r.name, r.mechanism)
+        self._mutable_scram()[key] = ScramCredential(salt=bytes(r.salt), stored_key=bytes(r.stored_key),
+                                                     server_key=bytes(r.server_key), iterations=r.iterations)
+        self._changed_scram.add(key)
+
+    def _replay_remove_scram_credential(self, r: RemoveUserScramCredentialRecord) -> None:
+        key = (r.name, r.mechanism)
+        if self._mutable_scram().pop(key, None) is not None:
+            self._changed_scram.add(key)
+
     def _replay_clear_elr(self, r: ClearElrRecord) -> None:
         topic_ids: list[bytes]
         if r.topic_name:
@@ -459,6 +502,9 @@ class MetadataDelta:
             features_changed=self._features is not None and self._features != dict(self.image.features),
             producer_ids_changed=(self._producer_ids_next is not None
                                   and self._producer_ids_next != self.image.producer_ids_next),
+            changed_scram_credentials=frozenset(
+                k for k in self._changed_scram
+                if self._scram is not None and self._scram.get(k) != self.image.scram_credentials.get(k)),
         )
 
     def apply(self) -> MetadataImage:
@@ -498,13 +544,15 @@ class MetadataDelta:
             topics_by_id=topics_by_id,
             configs=configs,
             producer_ids_next=img.producer_ids_next if self._producer_ids_next is None else self._producer_ids_next,
+            scram_credentials=(img.scram_credentials if self._scram is None
+                               else MappingProxyType(dict(self._scram))),
         )
 
 
 def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataChanges:
     """What differs between two images that are not one delta apart (an image loaded from a snapshot replaces
-    another): topics created and deleted (by id), partitions whose state differs, configs, brokers, features and
-    the producer id block."""
+    another): topics created and deleted (by id), partitions whose state differs, configs, brokers, features,
+    the producer id block and SCRAM credentials."""
     created = frozenset(tid for tid in new.topics_by_id if tid not in old.topics_by_id)
     deleted = {tid: t for tid, t in old.topics_by_id.items() if tid not in new.topics_by_id}
     changed_partitions = frozenset(
@@ -522,6 +570,9 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataChanges:
         changed_brokers=changed_brokers,
         features_changed=dict(old.features) != dict(new.features),
         producer_ids_changed=old.producer_ids_next != new.producer_ids_next,
+        changed_scram_credentials=frozenset(
+            k for k in set(old.scram_credentials) | set(new.scram_credentials)
+            if old.scram_credentials.get(k) != new.scram_credentials.get(k)),
     )
 
 
@@ -543,6 +594,8 @@ _HANDLERS: dict[type, Any] = {
     FeatureLevelRecord: MetadataDelta._replay_feature,
     ProducerIdsRecord: MetadataDelta._replay_producer_ids,
     ClearElrRecord: MetadataDelta._replay_clear_elr,
+    UserScramCredentialRecord: MetadataDelta._replay_scram_credential,
+    RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_scram_credential,
     NoOpRecord: _ignore,
     BeginTransactionRecord: _ignore,
     EndTransactionRecord: _ignore,

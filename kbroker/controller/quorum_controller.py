@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from kbroker.config import BrokerConfig, parse_properties
+from kbroker.controller.bootstrap import BootstrapError, read_bootstrap_file
 from kbroker.controller.config_control import plan_incremental_alter_configs, plan_legacy_alter_configs
 from kbroker.controller.image import (
     TOPIC_RESOURCE,
@@ -53,6 +54,7 @@ from kbroker.controller.image import (
 )
 from kbroker.controller.replica_placement import place_replicas
 from kbroker.controller.records import decode_metadata_record, encode_metadata_record
+from kbroker.controller.scram_control import plan_alter_user_scram_credentials
 from kbroker.controller.snapshot import (
     SnapshotError,
     SnapshotStore,
@@ -275,6 +277,9 @@ class QuorumController:
         self.retention_ms = config.get_int("metadata.max.retention.ms")
         self._bytes_since_snapshot = 0
         self._last_snapshot_ms = 0
+        #: records of ``bootstrap.checkpoint`` besides the feature levels (``format --add-scram``), read at start
+        #: while the metadata log is still empty (kbroker.controller.bootstrap)
+        self._bootstrap_extra: list[Any] = []
 
     # ---- public state ----
     @property
@@ -327,6 +332,7 @@ class QuorumController:
                 loaded = self._load_latest_snapshot()
                 self._image = self._committed = loaded[0] if loaded else MetadataImage.empty(self.cluster_id)
                 self.loaded_snapshot_end = loaded[1][0] if loaded else 0
+                self._read_bootstrap_file()
                 self._started = True
                 log.info("metadata controller opened the log for the quorum %s: cluster %s, node %d",
                          sorted(self.quorum_voters), self.cluster_id, self.node_id)
@@ -342,17 +348,35 @@ class QuorumController:
                         f"the metadata log in {self.partition_dir} is empty, but the log directories hold partitions "
                         f"({'; '.join(held)}): kbroker will not start a new cluster metadata over existing data; "
                         f"restore the metadata directory from a backup")
+                self._read_bootstrap_file()
             self._elect_self(last_epoch)
             self._started = True
             if open_txn:
                 # A multi-batch write was cut short (crash): abort it as Kafka's new leaders do.
                 self._commit([AbortTransactionRecord(reason="metadata transaction was not completed")])
             if first_start:
-                self._commit([FeatureLevelRecord(name=n, feature_level=lvl) for n, lvl in BOOTSTRAP_FEATURES.items()])
+                self._commit(self.bootstrap_records())
             if "broker" in self.config.process_roles:
                 self.register_broker()
             log.info("metadata controller ready: cluster %s, node %d, epoch %d, metadata offset %d",
                      self.cluster_id, self.node_id, self.leader_epoch, self.latest_image.offset)
+
+    def _read_bootstrap_file(self) -> None:
+        """Keep the non-feature records of ``bootstrap.checkpoint`` for :meth:`bootstrap_records` while the
+        metadata log has not been bootstrapped; a damaged file stops the start (MetadataStorageError)."""
+        if "metadata.version" in self.latest_image.features or "controller" not in self.config.process_roles:
+            return
+        try:
+            found = read_bootstrap_file(self.metadata_dir) or []
+        except BootstrapError as exc:
+            raise MetadataStorageError(str(exc)) from None
+        self._bootstrap_extra = [r for r in found if not isinstance(r, FeatureLevelRecord)]
+
+    def bootstrap_records(self) -> list[Any]:
+        """The records that bootstrap a new cluster's metadata (kbroker.controller.bootstrap): a FeatureLevelRecord
+        per ``BOOTSTRAP_FEATURES`` entry, then the SCRAM credentials of ``kbroker-storage format --add-scram``."""
+        return [*(FeatureLevelRecord(name=n, feature_level=lvl) for n, lvl in BOOTSTRAP_FEATURES.items()),
+                *self._bootstrap_extra]
 
     def shutdown(self) -> None:
         with self._lock:
@@ -1344,6 +1368,20 @@ class QuorumController:
             records, results = plan_legacy_alter_configs(
                 self.latest_image, self.node_id, resources, self.config.get_bool("remote.log.storage.system.enable"))
             if records and not validate_only:
+                self._commit(records)
+            return results
+
+    # ---- SCRAM credentials (KIP-554) ----
+    def alter_user_scram_credentials(self, deletions: Sequence[tuple[str, int]],
+                                     upsertions: Sequence[tuple[str, int, int, bytes, bytes]]
+                                     ) -> list[tuple[str, int, str | None]]:
+        """AlterUserScramCredentials: ``deletions`` are (user, mechanism code), ``upsertions`` (user, mechanism
+        code, iterations, salt, salted password). Returns ``(user, error_code, error_message)`` per distinct user
+        in order of first appearance; the records of the valid alterations are committed together (rules in
+        :mod:`kbroker.controller.scram_control`). Raises ``KafkaError(NOT_CONTROLLER)`` on a standby."""
+        with self._lock:
+            records, results = plan_alter_user_scram_credentials(self.latest_image, deletions, upsertions)
+            if records:
                 self._commit(records)
             return results
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from kbroker.controller.image import MetadataDelta, MetadataImage, MetadataReplayError
-from kbroker.controller.records import MetadataRecordError, decode_metadata_record, encode_metadata_record
+from kbroker.controller.records import MetadataRecordError, decode_metadata_record
 from kbroker.protocol import codec
 from kbroker.protocol.errors import CorruptRecordError, InvalidRecordError
 from kbroker.protocol.messages.snapshot_footer_record import SnapshotFooterRecord
@@ -43,6 +43,7 @@ from kbroker.protocol.metadata_records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     TopicRecord,
+    UserScramCredentialRecord,
 )
 from kbroker.protocol.records import (
     NO_PRODUCER_EPOCH,
@@ -252,7 +253,8 @@ def image_records(image: MetadataImage) -> list[Any]:
     Order: a FeatureLevelRecord per finalized feature (``metadata.version`` first, then by name); a
     RegisterBrokerRecord per broker (by id) carrying its fencing and controlled-shutdown state; per topic (by
     name) a TopicRecord and a PartitionRecord per partition (by id); a ConfigRecord per (resource, key) (sorted);
-    a ProducerIdsRecord (broker id and epoch -1, as the image keeps neither) when ``producer_ids_next > 0``.
+    a UserScramCredentialRecord per SCRAM credential (by user name, then mechanism code); a ProducerIdsRecord
+    (broker id and epoch -1, as the image keeps neither) when ``producer_ids_next > 0``.
     """
     records: list[Any] = []
     names = sorted(image.features, key=lambda n: (n != "metadata.version", n))
@@ -293,6 +295,9 @@ def image_records(image: MetadataImage) -> list[Any]:
     for (resource_type, resource_name), configs in sorted(image.configs.items()):
         records += [ConfigRecord(resource_type=resource_type, resource_name=resource_name, name=k, value=v)
                     for k, v in sorted(configs.items())]
+    records += [UserScramCredentialRecord(name=user, mechanism=mechanism, salt=c.salt, stored_key=c.stored_key,
+                                          server_key=c.server_key, iterations=c.iterations)
+                for (user, mechanism), c in sorted(image.scram_credentials.items())]
     if image.producer_ids_next > 0:
         records.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.producer_ids_next))
     return records

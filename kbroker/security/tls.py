@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from kbroker.config import SSL_DEFAULTS, ConfigException
+from kbroker.config import BROKER_DEFAULTS, ConfigException
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,8 @@ class TlsConfigError(ConfigException):
 
 
 def settings(props: Any, listener: str | None = None) -> Getter:
-    """A getter for ``ssl.*`` keys: ``listener.name.<listener>.<key>``, else ``<key>``, else Kafka's default.
+    """A getter for a listener's keys (``ssl.*``, ``sasl.*``): ``listener.name.<listener>.<key>``, else ``<key>``,
+    else Kafka's default.
 
     ``props`` is a :class:`~kbroker.config.BrokerConfig` or a plain mapping (a client's properties)."""
     raw = props.props if hasattr(props, "props") else props
@@ -104,7 +105,7 @@ def settings(props: Any, listener: str | None = None) -> Getter:
             return str(raw[prefix + key])
         if key in raw:
             return str(raw[key])
-        return SSL_DEFAULTS.get(key, "")
+        return BROKER_DEFAULTS.get(key, "")
 
     return get
 

@@ -111,6 +111,17 @@ class Apis:
             api_key, api_version, correlation_id = peek_key_version(frame)
         except DecodeError as exc:
             raise CloseConnection(str(exc)) from None
+        sasl = getattr(conn, "sasl", None)
+        if sasl is not None:
+            if not sasl.allows(api_key):
+                raise CloseConnection(f"unexpected {_api_name(api_key)} request during SASL authentication")
+            if not sasl.authenticated and len(frame) > sasl.config.max_receive_size:
+                raise CloseConnection(f"a request of {len(frame)} bytes before authentication is larger than "
+                                      f"sasl.server.max.receive.size")
+            if (conn.session_expires_at is not None and time.monotonic() > conn.session_expires_at
+                    and api_key not in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)):
+                raise CloseConnection("the SASL session expired (connections.max.reauth.ms) without "
+                                      "re-authentication")
         mod = self.handlers.get(api_key)
         if api_key == ApiKey.API_VERSIONS and mod is not None and api_version not in mod.VERSIONS:
             if api_version > mod.VERSIONS.stop - 1:
@@ -144,6 +155,13 @@ class Apis:
                       for k, lo, hi in self.supported_versions()],
         )
         return encode_response(ApiKey.API_VERSIONS, 0, correlation_id, resp)
+
+
+def _api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return f"API key {api_key}"
 
 
 def encode_response(api_key: int, api_version: int, correlation_id: int, response: Any) -> list[Any]:

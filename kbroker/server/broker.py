@@ -97,7 +97,12 @@ class Broker:
 
         self.connection_limits = ConnectionLimits(config)
         self.servers: list[asyncio.AbstractServer] = []
-        self.listener_security: dict[str, Any] = {}  # listener name -> ListenerSecurity (built when bound)
+        from kbroker.security.listener import ListenerSecurity
+
+        #: listener name -> ListenerSecurity; built before anything is formatted or bound, so a TLS or SASL setting
+        #: that cannot be used stops the start with nothing written
+        self.listener_security: dict[str, Any] = {lst.name: ListenerSecurity.of(config, lst.name)
+                                                   for lst in config.listeners}
         self.zero_copy = True
         self.stats_sendfile_bytes = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -324,17 +329,25 @@ class Broker:
 
         return client_ssl_context(self.config, self.config.get("inter.broker.listener.name"))
 
+    @functools.cached_property
+    def inter_broker_sasl(self) -> Any:
+        """This broker's SASL credentials on a SASL inter-broker listener (``sasl.mechanism.inter.broker.protocol``
+        and the listener's JAAS username / password), None otherwise."""
+        from kbroker.security.listener import client_sasl
+
+        return client_sasl(self.config, self.config.get("inter.broker.listener.name"),
+                           "sasl.mechanism.inter.broker.protocol")
+
     def inter_broker_channels(self, client_id: str) -> Any:
-        """Channels to the other brokers on ``inter.broker.listener.name`` (TLS when that listener is a TLS one)."""
+        """Channels to the other brokers on ``inter.broker.listener.name`` (TLS and SASL as that listener is)."""
         from kbroker.server.inter_node import BrokerChannels
 
-        return BrokerChannels(client_id, self.config.get("inter.broker.listener.name"), self.inter_broker_ssl_context)
+        return BrokerChannels(client_id, self.config.get("inter.broker.listener.name"), self.inter_broker_ssl_context,
+                              self.inter_broker_sasl)
 
     async def _bind(self, lst: Any, start_serving: bool = True) -> None:
-        from kbroker.security.listener import ListenerSecurity
-
         loop = asyncio.get_running_loop()
-        security = self.listener_security[lst.name] = ListenerSecurity.of(self.config, lst.name)
+        security = self.listener_security[lst.name]
         tls: dict[str, Any] = {}
         if security.ssl_context is not None:
             tls = {"ssl": security.ssl_context, "ssl_handshake_timeout": TLS_HANDSHAKE_TIMEOUT_S}

@@ -41,16 +41,19 @@ class NodeRequestError(Exception):
 
 class NodeChannel:
     """Requests to one peer at ``host:port``. ``client_id`` names this node in the peer's logs; ``ssl_context``
-    (the peer's listener is a TLS one) wraps the connection, the peer's certificate checked against ``host``."""
+    (the peer's listener is a TLS one) wraps the connection, the peer's certificate checked against ``host``;
+    ``sasl`` (a SASL listener: :class:`~kbroker.security.sasl.SaslClientConfig`) authenticates each new
+    connection with SaslHandshake v1 and SaslAuthenticate before any request goes out."""
 
     def __init__(self, node_id: int, host: str, port: int, client_id: str,
                  connect_timeout_s: float = 1.0, reconnect_backoff_s: float = 0.05,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, sasl: Any = None) -> None:
         self.node_id = node_id
         self.host = host
         self.port = port
         self.client_id = client_id
         self.ssl_context = ssl_context
+        self.sasl = sasl
         self.connect_timeout_s = connect_timeout_s
         self.reconnect_backoff_s = reconnect_backoff_s
         self._reader: asyncio.StreamReader | None = None
@@ -108,17 +111,60 @@ class NodeChannel:
                 tls: dict[str, Any] = {}
                 if self.ssl_context is not None:
                     tls = {"ssl": self.ssl_context, "server_hostname": self.host}
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(self.host, self.port, **tls),
-                    # a TLS handshake takes a few round trips and some CPU more
-                    max(0.001, min(self.connect_timeout_s * (3 if tls else 1), deadline - loop.time())))
-            except (OSError, asyncio.TimeoutError) as exc:
+                # a TLS handshake and a SASL exchange take a few round trips and some CPU more
+                slow = 3 if tls or self.sasl is not None else 1
+                limit = max(0.001, min(self.connect_timeout_s * slow, deadline - loop.time()))
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port, **tls), limit)
+                if self.sasl is not None:
+                    try:
+                        await asyncio.wait_for(self._authenticate(reader, writer), limit)
+                    except BaseException:
+                        writer.close()
+                        raise
+            except NodeRequestError:
+                self._next_connect = loop.time() + max(self.reconnect_backoff_s, 1.0)
+                raise
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
                 self._next_connect = loop.time() + self.reconnect_backoff_s
                 raise NodeRequestError(f"cannot connect to node {self.node_id} at {self.host}:{self.port}: "
                                        f"{exc or type(exc).__name__}",
                                        peer_gone=isinstance(exc, ConnectionRefusedError)) from None
             self._reader, self._writer = reader, writer
             self._reader_task = loop.create_task(self._read_loop(reader))
+
+    async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """The SASL exchange on a new connection (KIP-152 framing); :class:`NodeRequestError` when refused."""
+        from kbroker.protocol.errors import ErrorCode
+        from kbroker.protocol.messages import SaslAuthenticateRequest, SaslHandshakeRequest
+        from kbroker.security.sasl import AuthenticationFailed
+
+        async def roundtrip(api_key: int, version: int, msg: Any, corr: int) -> Any:
+            body = encode_request_header(api_key, version, corr, self.client_id) + codec.encode(msg, version)
+            writer.write(_SIZE.pack(len(body)) + body)
+            (size,) = _SIZE.unpack(await reader.readexactly(4))
+            frame = await reader.readexactly(size)
+            pos = 4
+            if response_header_version(api_key, version) >= 1:
+                pos = codec._skip_tagged(frame, pos)
+            return codec.decode(RESPONSES[api_key], frame, version, pos)[0]
+
+        hs = await roundtrip(17, 1, SaslHandshakeRequest(mechanism=self.sasl.mechanism), -1)
+        if hs.error_code != ErrorCode.NONE:
+            raise NodeRequestError(f"node {self.node_id} does not accept SASL mechanism {self.sasl.mechanism} "
+                                   f"({ErrorCode(hs.error_code).name}; it offers {list(hs.mechanisms)})")
+        exchange = self.sasl.exchange()
+        token: bytes | None = exchange.first()
+        corr = -2
+        while token is not None:
+            resp = await roundtrip(36, 2, SaslAuthenticateRequest(auth_bytes=token), corr)
+            corr -= 1
+            if resp.error_code != ErrorCode.NONE:
+                raise NodeRequestError(f"authentication to node {self.node_id} failed: "
+                                       f"{resp.error_message or ErrorCode(resp.error_code).name}")
+            try:
+                token = exchange.step(bytes(resp.auth_bytes))
+            except AuthenticationFailed as exc:
+                raise NodeRequestError(f"authentication to node {self.node_id} failed: {exc}") from None
 
     def _drop(self, why: str, peer_gone: bool = False) -> None:
         writer, self._writer, self._reader = self._writer, None, None
@@ -163,10 +209,12 @@ class BrokerChannels:
     registration in the metadata image names: one per (node, host, port), kept open and reused. ``ssl_context``
     for a TLS listener (:func:`kbroker.security.listener.client_ssl_context`)."""
 
-    def __init__(self, client_id: str, listener: str, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, client_id: str, listener: str, ssl_context: ssl.SSLContext | None = None,
+                 sasl: Any = None) -> None:
         self.client_id = client_id
         self.listener = listener
         self.ssl_context = ssl_context
+        self.sasl = sasl
         self._channels: dict[tuple[int, str, int], NodeChannel] = {}
 
     def get(self, image: Any, node_id: int) -> NodeChannel | None:
@@ -179,7 +227,7 @@ class BrokerChannels:
         ch = self._channels.get(key)
         if ch is None:
             ch = self._channels[key] = NodeChannel(node_id, ep.host, ep.port, self.client_id,
-                                                   ssl_context=self.ssl_context)
+                                                   ssl_context=self.ssl_context, sasl=self.sasl)
         return ch
 
     async def close(self) -> None:

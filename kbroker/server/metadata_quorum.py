@@ -14,12 +14,13 @@ otherwise) over the ``__cluster_metadata`` log through a :class:`~kbroker.server
   (``NOT_CONTROLLER`` if leadership was lost first, ``REQUEST_TIMED_OUT`` after the request timeout). A
   leader that loses its epoch forgets what it appended but did not commit (``QuorumController.renounce``);
 * **forwarding**: a standby that receives a controller-bound request (CreateTopics, DeleteTopics,
-  CreatePartitions, AlterConfigs, IncrementalAlterConfigs) forwards it to the active controller's listener of
-  the same name and relays the answer, as Kafka's brokers do; so Metadata may name any live node (this one) as
-  the controller, and clients never wait on a dead one;
+  CreatePartitions, AlterConfigs, IncrementalAlterConfigs, AlterUserScramCredentials) forwards it to the active
+  controller's listener of the same name and relays the answer, as Kafka's brokers do; so Metadata may name any
+  live node (this one) as the controller, and clients never wait on a dead one;
 * **producer ids**: blocks come from the active controller (AllocateProducerIds from a standby) and are used
   only once the quorum has committed them, so no id is handed out twice across a failover;
-* **bootstrap**: the first active controller of a new cluster commits the bootstrap feature levels;
+* **bootstrap**: the first active controller of a new cluster commits the bootstrap feature levels (and the
+  SCRAM credentials its ``kbroker-storage format --add-scram`` wrote, ``kbroker.controller.bootstrap``);
 * **registration**: a node with the broker role registers through the active controller: itself when it is
   active, else with a BrokerRegistration request to the leader, repeated until the committed image shows its
   incarnation (``broker.heartbeat.interval.ms`` apart);
@@ -91,10 +92,12 @@ class MetadataQuorum:
         self.static_voters = dict(controller.quorum_voters)
         names = config.get_list("controller.listener.names")
         self.controller_listener = names[0].upper() if names else "CONTROLLER"
-        from kbroker.security.listener import client_ssl_context
+        from kbroker.security.listener import client_sasl, client_ssl_context
 
-        #: TLS to the voters when the controller listener is a TLS one (the same ``ssl.*`` keys, per listener)
+        #: TLS to the voters when the controller listener is a TLS one (the same ``ssl.*`` keys, per listener), SASL
+        #: when it is a SASL one (``sasl.mechanism.controller.protocol``)
         self.ssl_context = client_ssl_context(config, self.controller_listener)
+        self.sasl = client_sasl(config, self.controller_listener, "sasl.mechanism.controller.protocol")
         #: ``controller.quorum.bootstrap.servers`` under ids -1, -2, ... (where an observer with no voters asks)
         self.bootstrap = {-(i + 1): hp for i, hp in enumerate(controller.bootstrap_servers)}
         #: node endpoints learnt from the leader's Fetch answers (NodeEndpoints, KIP-853)
@@ -143,7 +146,7 @@ class MetadataQuorum:
         self.manager = RaftManager(self.client, c.cluster_id, self.endpoint,
                                    request_timeout_ms=self.raft_config.request_timeout_ms,
                                    own_endpoint=self._own_controller_endpoint(),
-                                   learned=self.learned_endpoints, ssl_context=self.ssl_context)
+                                   learned=self.learned_endpoints, ssl_context=self.ssl_context, sasl=self.sasl)
         c.raft_append = self.manager.append
         c.raft_end_offset = lambda: raft_log.end_offset
         await self.manager.start()
@@ -397,12 +400,9 @@ class MetadataQuorum:
             self._check_active()
 
     def _bootstrap(self) -> None:
-        from kbroker.controller.quorum_controller import BOOTSTRAP_FEATURES
-        from kbroker.protocol.metadata_records import FeatureLevelRecord
-
+        """Commit the bootstrap metadata (feature levels, and the SCRAM credentials of ``format --add-scram``)."""
         try:
-            self.controller._commit([FeatureLevelRecord(name=n, feature_level=lvl)
-                                     for n, lvl in BOOTSTRAP_FEATURES.items()])
+            self.controller._commit(self.controller.bootstrap_records())
         except KafkaError as exc:
             log.warning("bootstrapping the cluster metadata failed: %s", exc)
 
@@ -539,7 +539,8 @@ class MetadataQuorum:
         key = (node_id, host, port, client_id)
         ch = self._channels.get(key)
         if ch is None:
-            ch = self._channels[key] = NodeChannel(node_id, host, port, client_id, ssl_context=self.ssl_context)
+            ch = self._channels[key] = NodeChannel(node_id, host, port, client_id, ssl_context=self.ssl_context,
+                                                   sasl=self.sasl)
         return ch
 
     def _controller_channel(self, leader: int) -> NodeChannel:

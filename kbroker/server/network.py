@@ -90,6 +90,16 @@ class KafkaConnection(asyncio.Protocol):
         self.principal = "User:ANONYMOUS"
         # sendfile would put the file's bytes on the socket beneath TLS: TLS connections copy (as Kafka does)
         self._tls = self.security is not None and self.security.tls
+        #: SASL listeners: the authentication state (nothing but ApiVersions and the SASL requests before it)
+        self.sasl: Any = None
+        if self.security is not None and self.security.sasl is not None:
+            from kbroker.security.sasl import SaslAuthenticator, scram_lookup
+
+            self.sasl = SaslAuthenticator(self.security.sasl, scram_lookup(lambda: broker.controller.image))
+        #: close once the response being written is out (a failed authentication)
+        self.close_after_response = False
+        #: monotonic time after which only re-authentication is served (``connections.max.reauth.ms``, KIP-368)
+        self.session_expires_at: float | None = None
 
     # ---- asyncio.Protocol ----
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -159,6 +169,43 @@ class KafkaConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._can_write.set()
 
+    # ---- SASL ----
+    def authenticated(self, principal: str) -> None:
+        """The SASL exchange completed as ``principal``; a new session starts (KIP-368)."""
+        self.principal = principal
+        lifetime = self.session_lifetime_ms()
+        self.session_expires_at = time.monotonic() + lifetime / 1000 if lifetime > 0 else None
+
+    def session_lifetime_ms(self) -> int:
+        """The session's lifetime (KIP-368): ``connections.max.reauth.ms`` of this listener, shortened to the
+        credential's expiry (an OAUTHBEARER token's ``exp``); 0: sessions do not expire (the default)."""
+        from kbroker.security.tls import settings
+
+        try:
+            reauth = int(settings(self.broker.config, self.listener_name)("connections.max.reauth.ms") or 0)
+        except ValueError:
+            return 0
+        expires = self.sasl.credential_expires_ms if self.sasl is not None else None
+        if reauth > 0 and expires is not None:
+            reauth = max(1, min(reauth, expires - int(time.time() * 1000)))
+        return reauth
+
+    async def _raw_sasl_token(self, frame: bytes) -> None:
+        """A SASL token as a bare frame (after a v0 SaslHandshake): answered with the server's token, size-
+        prefixed; a failed authentication closes the connection without an answer (Kafka's v0 flow)."""
+        from kbroker.security.sasl import AuthenticationFailed
+
+        if len(frame) > self.sasl.config.max_receive_size:
+            raise CloseConnection(f"SASL token of {len(frame)} bytes is larger than sasl.server.max.receive.size")
+        try:
+            token = self.sasl.authenticate(bytes(frame))
+        except AuthenticationFailed as exc:
+            await asyncio.sleep(self.sasl.config.failed_delay_s)
+            raise CloseConnection(f"authentication failed: {exc}") from None
+        if self.sasl.authenticated:
+            self.authenticated(self.sasl.principal)
+        await self._write_response([token])
+
     # ---- processing ----
     def close(self) -> None:
         """Close the connection on the broker's initiative: frames still queued are not handled."""
@@ -181,13 +228,21 @@ class KafkaConnection(asyncio.Protocol):
                     self._paused_reading = False
                     self.transport.resume_reading()
                 try:
-                    chunks = await self.broker.apis.handle_frame(self, frame)
+                    if self.sasl is not None and self.sasl.raw_tokens:
+                        await self._raw_sasl_token(frame)
+                        chunks = None
+                    else:
+                        chunks = await self.broker.apis.handle_frame(self, frame)
                 except CloseConnection as exc:
                     log.info("closing connection from %s: %s", self.peer, exc)
                     self.close()
                     return
                 if chunks is not None:
                     await self._write_response(chunks)
+                if self.close_after_response:
+                    log.info("closing connection from %s after a failed authentication", self.peer)
+                    self.close()
+                    return
                 self.last_request_at = time.monotonic()
                 if self.frames.qsize():
                     await asyncio.sleep(0)  # let other connections' requests in between (fairness)

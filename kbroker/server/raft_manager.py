@@ -58,7 +58,8 @@ class RaftManager:
     def __init__(self, client: RaftClient, cluster_id: str, peers: Peers, *,
                  clock_ms: Callable[[], int] = monotonic_ms, request_timeout_ms: int = 2000,
                  fetch_max_wait_ms: int = 500, own_endpoint: tuple[str, int] | None = None,
-                 learned: dict[int, tuple[str, int]] | None = None, ssl_context: Any = None) -> None:
+                 learned: dict[int, tuple[str, int]] | None = None, ssl_context: Any = None,
+                 sasl: Any = None) -> None:
         self.client = client
         self.cluster_id = cluster_id
         self.clock_ms = clock_ms
@@ -69,6 +70,7 @@ class RaftManager:
         self.channels: dict[int, NodeChannel] = {}
         #: the controller listener is a TLS one: this node's connections to the other voters are TLS too
         self.ssl_context = ssl_context
+        self.sasl = sasl
         #: this node's controller listener, named in Fetch answers when it leads (NodeEndpoints, KIP-853)
         self.own_endpoint = own_endpoint
         #: endpoints named in the Fetch answers this node got: how an observer that knows no voter (it asked a
@@ -118,7 +120,7 @@ class RaftManager:
             ch = None
         if ch is None:
             ch = self.channels[node_id] = NodeChannel(node_id, ep[0], ep[1], f"kbroker-raft-{self.client.node_id}",
-                                                      ssl_context=self.ssl_context)
+                                                      ssl_context=self.ssl_context, sasl=self.sasl)
         return ch
 
     # ------------------------------------------------------------------ leader API

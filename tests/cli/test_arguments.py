@@ -205,12 +205,19 @@ def test_delete_records_json():
         delete_records.parse_offsets("{")
 
 
-def test_codec_requests_refuse_tls_or_sasl_configs(run, tmp_path):
+def test_codec_requests_check_security_configs(run, tmp_path):
+    """The codec client takes TLS and SASL settings (compat_tests/test_tls.py and test_sasl.py use them against
+    brokers); an unknown protocol, a SASL config without credentials and GSSAPI are refused up front."""
     cfg = tmp_path / "client.properties"
-    cfg.write_text("security.protocol=SASL_SSL\n")
+    cfg.write_text("security.protocol=SASL_TLS\n")
     status, _, err = run(metadata_quorum.main, "--bootstrap-server", closed_port(), "--command-config", cfg,
                          "describe", "--status")
-    assert status == 1 and "security.protocol=SASL_SSL is not supported" in err
-    status, _, err = run(configs.main, "--bootstrap-server", closed_port(), "--command-config", cfg,
-                         "--describe", "--topic", "t")
-    assert status == 1 and "PLAINTEXT" in err
+    assert status == 1 and "unknown security.protocol=SASL_TLS" in err
+    cfg.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n")
+    status, _, err = run(metadata_quorum.main, "--bootstrap-server", closed_port(), "--command-config", cfg,
+                         "describe", "--status")
+    assert status == 1 and "needs username and password" in err
+    cfg.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=GSSAPI\n")
+    status, _, err = run(metadata_quorum.main, "--bootstrap-server", closed_port(), "--command-config", cfg,
+                         "describe", "--status")
+    assert status == 1 and "sasl.mechanism=GSSAPI" in err

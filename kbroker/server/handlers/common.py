@@ -114,6 +114,25 @@ def authorized_ops(ctx, resource_type: int, name: str, requested: bool) -> int:
     return authorized_operations(ctx.broker.authorizer, principal, ResourceType(resource_type), name)
 
 
+def cluster_authorized(ctx, operation: int) -> bool:  # noqa: ANN001
+    """Whether the caller may perform ``operation`` (an ``AclOperation`` code) on the CLUSTER resource
+    (``kafka-cluster``), asked of ``authorizer.class.name`` with the connection's principal (always true without an
+    authorizer, as in Kafka). A request another node forwarded to the active controller (client id
+    ``kbroker-forward-<id>``) was authorized there with the client's principal; here the forwarding node's principal
+    may also pass with CLUSTER_ACTION, which is what Kafka's controller asks of the sender of a forwarded request."""
+    from kbroker.server.authorizer import ANONYMOUS, CLUSTER_NAME, AclOperation, ResourceType
+    from kbroker.server.metadata_quorum import FORWARDED_PREFIX
+
+    authorizer = ctx.broker.authorizer
+    if authorizer is None:
+        return True
+    principal = getattr(ctx.connection, "principal", ANONYMOUS)
+    if authorizer.authorize(principal, AclOperation(operation), ResourceType.CLUSTER, CLUSTER_NAME):
+        return True
+    return ctx.client_id.startswith(FORWARDED_PREFIX) and authorizer.authorize(
+        principal, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
 async def metadata_committed(broker) -> tuple[int, str | None]:
     """In a cluster (``controller.quorum.voters`` with other voters), wait until the metadata this request wrote
     is committed by the quorum; returns ``(error code, message)``: NONE, NOT_CONTROLLER (leadership lost first)
