@@ -13,9 +13,10 @@ import subprocess
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
+from compat_tests.security_support import add_internal_listener, consume, produce, replicate_and_read_back
 from kbroker.protocol import codec
 from kbroker.protocol.api_keys import RESPONSES
 from kbroker.protocol.errors import ErrorCode
@@ -53,28 +54,6 @@ def rdkafka_conf(bootstrap: str, user: str, password: str, mechanism: str = "PLA
                  protocol: str = "sasl_plaintext") -> dict[str, str]:
     return {"bootstrap.servers": bootstrap, "security.protocol": protocol, "sasl.mechanism": mechanism,
             "sasl.username": user, "sasl.password": password}
-
-
-def produce(conf: dict[str, str], topic: str, values: list[bytes]) -> None:
-    p = Producer({**conf, "acks": "all", "linger.ms": 5})
-    errors: list[str] = []
-    for v in values:
-        p.produce(topic, value=v, on_delivery=lambda err, msg: err and errors.append(str(err)))
-    assert p.flush(30) == 0 and not errors, errors[:3]
-
-
-def consume(conf: dict[str, str], topic: str, n: int, timeout: float = 30) -> list[bytes]:
-    c = Consumer({**conf, "group.id": f"g-{time.monotonic_ns()}", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False})
-    c.subscribe([topic])
-    out: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    while len(out) < n and time.monotonic() < deadline:
-        for m in c.consume(500, 0.5):
-            if m.error() is None:
-                out.append(m.value())
-    c.close()
-    return out
 
 
 class Wire:
@@ -422,23 +401,9 @@ def test_a_cluster_authenticates_its_own_connections(tmp_path):
         "sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN",
         "sasl.mechanism.controller.protocol": "PLAIN",
         "listener.name.internal.plain.sasl.jaas.config": jaas, "listener.name.controller.plain.sasl.jaas.config": jaas})
-    for node in cluster.nodes.values():
-        port = free_port()
-        node.overrides["listeners"] += f",INTERNAL://127.0.0.1:{port}"
-        node.overrides["advertised.listeners"] += f",INTERNAL://127.0.0.1:{port}"
+    add_internal_listener(cluster)
     with cluster:
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        admin.create_topics([NewTopic("rep", 3, 3, config={"min.insync.replicas": "2"})])["rep"].result(30)
-        values = [f"r-{i}".encode() for i in range(2000)]
-        produce({"bootstrap.servers": cluster.bootstrap, "topic.metadata.refresh.interval.ms": 1000}, "rep", values)
-        deadline = time.monotonic() + 60
-        while True:
-            md = admin.list_topics("rep", timeout=10).topics["rep"].partitions
-            if all(len(p.isrs) == 3 for p in md.values()):
-                break
-            assert time.monotonic() < deadline, {p: q.isrs for p, q in md.items()}
-            time.sleep(0.2)
-        assert sorted(consume({"bootstrap.servers": cluster.bootstrap}, "rep", len(values))) == sorted(values)
+        replicate_and_read_back(cluster, 2000)
 
 
 def _unsecured(claims: dict) -> str:

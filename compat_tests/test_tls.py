@@ -12,12 +12,11 @@ import socket
 import ssl
 import struct
 import subprocess
-import time
 
 import pytest
-from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
+from compat_tests.security_support import add_internal_listener, consume, produce, replicate_and_read_back
 from kbroker.protocol import codec
 from kbroker.protocol.headers import encode_request_header
 from kbroker.protocol.messages import ApiVersionsRequest
@@ -59,28 +58,6 @@ def client_conf(ca, bootstrap: str, identity=None) -> dict[str, str]:
         if identity.key_password:
             conf["ssl.key.password"] = identity.key_password
     return conf
-
-
-def produce(conf: dict[str, str], topic: str, values: list[bytes]) -> None:
-    p = Producer({**conf, "acks": "all", "linger.ms": 5})
-    errors: list[str] = []
-    for v in values:
-        p.produce(topic, value=v, on_delivery=lambda err, msg: err and errors.append(str(err)))
-    assert p.flush(30) == 0 and not errors, errors[:3]
-
-
-def consume(conf: dict[str, str], topic: str, n: int, timeout: float = 30) -> list[bytes]:
-    c = Consumer({**conf, "group.id": f"g-{time.monotonic_ns()}", "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False})
-    c.subscribe([topic])
-    out: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    while len(out) < n and time.monotonic() < deadline:
-        for m in c.consume(500, 0.5):
-            if m.error() is None:
-                out.append(m.value())
-    c.close()
-    return out
 
 
 def api_versions_over(sock: socket.socket) -> bytes:
@@ -315,25 +292,11 @@ def test_a_cluster_replicates_and_votes_over_tls(tmp_path, ca, ids):
     cluster = KbrokerCluster(tmp_path, nodes=3, overrides={
         **tls, "inter.broker.listener.name": "INTERNAL",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL,INTERNAL:SSL"})
-    for i, node in cluster.nodes.items():
-        port = free_port()
-        node.overrides["listeners"] += f",INTERNAL://127.0.0.1:{port}"
-        node.overrides["advertised.listeners"] += f",INTERNAL://127.0.0.1:{port}"
+    add_internal_listener(cluster)
     with cluster:
-        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-        admin.create_topics([NewTopic("rep", 3, 3, config={"min.insync.replicas": "2"})])["rep"].result(30)
-        values = [f"r-{i}".encode() for i in range(3000)]
-        produce({"bootstrap.servers": cluster.bootstrap, "topic.metadata.refresh.interval.ms": 1000}, "rep", values)
-        deadline = time.monotonic() + 60
-        while True:
-            md = admin.list_topics("rep", timeout=10).topics["rep"].partitions
-            if all(len(p.isrs) == 3 for p in md.values()):
-                break
-            assert time.monotonic() < deadline, {p: q.isrs for p, q in md.items()}
-            time.sleep(0.2)
         # the INTERNAL and CONTROLLER listeners speak only TLS: an ISR of 3 and a quorum at all mean the followers'
         # fetches and the voters' requests went over TLS with the nodes' certificates
-        assert sorted(consume({"bootstrap.servers": cluster.bootstrap}, "rep", len(values))) == sorted(values)
+        replicate_and_read_back(cluster, 3000)
 
 
 def test_tools_over_tls_with_java_client_properties(kbroker_factory, ca, ids, tmp_path):

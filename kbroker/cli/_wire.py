@@ -126,25 +126,18 @@ class Connection:
             self._authenticate(security.sasl)
 
     def _authenticate(self, sasl: Any) -> None:
-        """SaslHandshake v1 and SaslAuthenticate (KIP-152) with the configured mechanism and credentials."""
-        from kbroker.protocol.messages import SaslAuthenticateRequest, SaslHandshakeRequest
-        from kbroker.security.sasl import AuthenticationFailed
+        """SaslHandshake v1 and SaslAuthenticate (:func:`kbroker.security.sasl.client_requests`)."""
+        from kbroker.security.sasl import AuthenticationFailed, client_requests
 
-        hs = self._roundtrip(SaslHandshakeRequest(mechanism=sasl.mechanism), 1)
-        if hs.error_code:
-            raise CliError(f"{self.address} does not accept SASL mechanism {sasl.mechanism} "
-                           f"({error_name(hs.error_code)}; it offers {', '.join(hs.mechanisms)})")
-        exchange = sasl.exchange()
-        token = exchange.first()
-        while token is not None:
-            resp = self._roundtrip(SaslAuthenticateRequest(auth_bytes=token), 2)
-            if resp.error_code:
-                raise CliError(f"authentication with {self.address} failed: "
-                               f"{resp.error_message or error_name(resp.error_code)}")
-            try:
-                token = exchange.step(bytes(resp.auth_bytes))
-            except AuthenticationFailed as exc:
-                raise CliError(f"authentication with {self.address} failed: {exc}") from None
+        steps = client_requests(sasl)
+        try:
+            request, version = next(steps)
+            while True:
+                request, version = steps.send(self._roundtrip(request, version))
+        except StopIteration:
+            return
+        except AuthenticationFailed as exc:
+            raise CliError(f"authentication with {self.address} failed: {exc}") from None
 
     def close(self) -> None:
         try:

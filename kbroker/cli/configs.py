@@ -27,6 +27,7 @@ SCRAM-SHA-256=iterations=8192`` per user that has credentials. Client quotas (th
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from typing import Any
@@ -137,6 +138,18 @@ def parse_add_config(text: str | None, file: str | None) -> dict[str, str]:
     return out
 
 
+
+def _alterations(a: argparse.Namespace, name: str | None) -> tuple[dict[str, str], list[str]]:
+    """``--add-config`` / ``--add-config-file`` (key -> value) and ``--delete-config`` (keys) of an --alter; the
+    checks kafka-configs.sh makes before sending anything."""
+    if name is None:
+        raise CliError("--entity-name or --entity-default must be specified with --alter")
+    to_add = parse_add_config(a.add_config, a.add_config_file)
+    to_delete = [k.strip() for item in a.delete_config for k in item.split(",") if k.strip()]
+    if not to_add and not to_delete:
+        raise CliError("--add-config, --add-config-file or --delete-config must be specified with --alter")
+    return to_add, to_delete
+
 class ConfigService:
     def __init__(self, args: Any, etype: str, name: str | None) -> None:
         from kbroker.cli._wire import WireClient
@@ -207,12 +220,7 @@ class ConfigService:
 
     def alter(self) -> None:
         a = self.args
-        if self.name is None:
-            raise CliError("--entity-name or --entity-default must be specified with --alter")
-        to_add = parse_add_config(a.add_config, a.add_config_file)
-        to_delete = [k.strip() for item in a.delete_config for k in item.split(",") if k.strip()]
-        if not to_add and not to_delete:
-            raise CliError("--add-config, --add-config-file or --delete-config must be specified with --alter")
+        to_add, to_delete = _alterations(a, self.name)
         if self.etype in ("topics", "brokers"):
             current = {c.name for c in self.entries(self.name, describe_all=False)}
             invalid = [k for k in to_delete if k not in current]
@@ -310,12 +318,7 @@ class ScramUserService:
                                            UserScramCredentialUpsertion)
 
         a = self.args
-        if self.name is None:
-            raise CliError("--entity-name or --entity-default must be specified with --alter")
-        to_add = parse_add_config(a.add_config, a.add_config_file)
-        to_delete = [k.strip() for item in a.delete_config for k in item.split(",") if k.strip()]
-        if not to_add and not to_delete:
-            raise CliError("--add-config, --add-config-file or --delete-config must be specified with --alter")
+        to_add, to_delete = _alterations(a, self.name)
         unknown_add = sorted(k for k in to_add if k not in SCRAM_MECHANISMS and k not in USER_QUOTA_KEYS)
         if unknown_add:
             raise CliError("Only quota and SCRAM credential configs can be added for 'users' using --bootstrap-server. "

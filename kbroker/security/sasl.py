@@ -29,7 +29,7 @@ import enum
 import hmac
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Generator, Mapping
 
 from kbroker.config import ConfigException
 
@@ -376,6 +376,27 @@ class ClientExchange:
             raise AuthenticationFailed(f"the server's SCRAM answer does not verify: {exc}") from None
         self.complete = True
         return None
+
+
+def client_requests(cfg: SaslClientConfig) -> Generator[tuple[Any, int], Any, None]:
+    """One client-side authentication, sans I/O (KIP-152 framing): yields ``(request, version)`` pairs,
+    SaslHandshake v1 then SaslAuthenticate v2 until the exchange completes; the caller sends each and passes the
+    decoded response back with ``send``. Raises :class:`AuthenticationFailed` with the broker's message when the
+    mechanism or the credentials are refused, or the server's answer does not verify."""
+    from kbroker.protocol.errors import ErrorCode
+    from kbroker.protocol.messages import SaslAuthenticateRequest, SaslHandshakeRequest
+
+    hs = yield SaslHandshakeRequest(mechanism=cfg.mechanism), 1
+    if hs.error_code != ErrorCode.NONE:
+        raise AuthenticationFailed(f"SASL mechanism {cfg.mechanism} not accepted ({ErrorCode(hs.error_code).name}; "
+                                   f"offered: {', '.join(hs.mechanisms)})")
+    exchange = cfg.exchange()
+    token: bytes | None = exchange.first()
+    while token is not None:
+        resp = yield SaslAuthenticateRequest(auth_bytes=token), 2
+        if resp.error_code != ErrorCode.NONE:
+            raise AuthenticationFailed(resp.error_message or ErrorCode(resp.error_code).name)
+        token = exchange.step(bytes(resp.auth_bytes))
 
 
 def client_config(get: Callable[[str], str], mechanism_key: str) -> SaslClientConfig:

@@ -133,38 +133,27 @@ class NodeChannel:
             self._reader_task = loop.create_task(self._read_loop(reader))
 
     async def _authenticate(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """The SASL exchange on a new connection (KIP-152 framing); :class:`NodeRequestError` when refused."""
-        from kbroker.protocol.errors import ErrorCode
-        from kbroker.protocol.messages import SaslAuthenticateRequest, SaslHandshakeRequest
-        from kbroker.security.sasl import AuthenticationFailed
+        """The SASL exchange on a new connection (:func:`kbroker.security.sasl.client_requests`);
+        :class:`NodeRequestError` when refused."""
+        from kbroker.security.sasl import AuthenticationFailed, client_requests
 
-        async def roundtrip(api_key: int, version: int, msg: Any, corr: int) -> Any:
-            body = encode_request_header(api_key, version, corr, self.client_id) + codec.encode(msg, version)
-            writer.write(_SIZE.pack(len(body)) + body)
-            (size,) = _SIZE.unpack(await reader.readexactly(4))
-            frame = await reader.readexactly(size)
-            pos = 4
-            if response_header_version(api_key, version) >= 1:
-                pos = codec._skip_tagged(frame, pos)
-            return codec.decode(RESPONSES[api_key], frame, version, pos)[0]
-
-        hs = await roundtrip(17, 1, SaslHandshakeRequest(mechanism=self.sasl.mechanism), -1)
-        if hs.error_code != ErrorCode.NONE:
-            raise NodeRequestError(f"node {self.node_id} does not accept SASL mechanism {self.sasl.mechanism} "
-                                   f"({ErrorCode(hs.error_code).name}; it offers {list(hs.mechanisms)})")
-        exchange = self.sasl.exchange()
-        token: bytes | None = exchange.first()
-        corr = -2
-        while token is not None:
-            resp = await roundtrip(36, 2, SaslAuthenticateRequest(auth_bytes=token), corr)
-            corr -= 1
-            if resp.error_code != ErrorCode.NONE:
-                raise NodeRequestError(f"authentication to node {self.node_id} failed: "
-                                       f"{resp.error_message or ErrorCode(resp.error_code).name}")
-            try:
-                token = exchange.step(bytes(resp.auth_bytes))
-            except AuthenticationFailed as exc:
-                raise NodeRequestError(f"authentication to node {self.node_id} failed: {exc}") from None
+        steps = client_requests(self.sasl)
+        corr = -1
+        try:
+            request, version = next(steps)
+            while True:
+                api_key = type(request).API_KEY
+                body = encode_request_header(api_key, version, corr, self.client_id) + codec.encode(request, version)
+                corr -= 1
+                writer.write(_SIZE.pack(len(body)) + body)
+                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                frame = await reader.readexactly(size)
+                pos = codec._skip_tagged(frame, 4) if response_header_version(api_key, version) >= 1 else 4
+                request, version = steps.send(codec.decode(RESPONSES[api_key], frame, version, pos)[0])
+        except StopIteration:
+            return
+        except AuthenticationFailed as exc:
+            raise NodeRequestError(f"authentication to node {self.node_id} failed: {exc}") from None
 
     def _drop(self, why: str, peer_gone: bool = False) -> None:
         writer, self._writer, self._reader = self._writer, None, None
