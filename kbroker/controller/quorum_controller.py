@@ -1017,12 +1017,8 @@ class QuorumController:
 
     # ---- broker registration ----
     def _security_protocol(self, listener: str) -> int:
-        mapping: dict[str, str] = {}
-        for item in self.config.get_list("listener.security.protocol.map"):
-            name, _, proto = item.partition(":")
-            mapping[name.strip().upper()] = proto.strip().upper()
-        proto = mapping.get(listener.upper(), listener.upper())
-        return _SECURITY_PROTOCOLS.get(proto, 0)
+        """The registration's security protocol code of ``listener`` (``listener.security.protocol.map``)."""
+        return _SECURITY_PROTOCOLS.get(self.config.security_protocol(listener), 0)
 
     def _data_dir_ids(self) -> list[bytes]:
         """Directory ids of the data log directories (``log.dirs``), in configuration order."""

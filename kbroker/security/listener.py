@@ -3,9 +3,9 @@
 :class:`ListenerSecurity` is built once per listener before start-up writes anything (so a bad ``ssl.*`` or
 ``sasl.*`` setting stops the start with one line naming it): the security protocol
 (``listener.security.protocol.map``), the TLS server context (SSL, SASL_SSL), the certificate principal mapper
-(SSL) and the SASL mechanisms and users (SASL_PLAINTEXT, SASL_SSL). :func:`client_ssl_context` is the other side: the context
-this node uses to reach another node's listener of that name (inter-broker replication, transaction markers,
-the controller quorum), None for PLAINTEXT.
+(SSL) and the SASL mechanisms and users (SASL_PLAINTEXT, SASL_SSL). :func:`client_ssl_context` and
+:func:`client_sasl` are the other side: what this node uses to reach another node's listener of that name
+(inter-broker replication, transaction markers, the controller quorum), None for PLAINTEXT.
 """
 
 from __future__ import annotations
