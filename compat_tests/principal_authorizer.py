@@ -5,5 +5,5 @@ from __future__ import annotations
 
 
 class AliceOnly:
-    def authorize(self, principal, operation, resource_type, resource_name) -> bool:  # noqa: ANN001
+    def authorize(self, principal, operation, resource_type, resource_name, host) -> bool:  # noqa: ANN001
         return principal == "User:ALICE@ENG" or int(operation) == 8  # AclOperation.DESCRIBE

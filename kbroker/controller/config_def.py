@@ -252,8 +252,13 @@ _STATIC: list[tuple] = [
     ("unclean.leader.election.enable", "boolean", "false", HIGH,
      "Elect an out-of-sync replica when no in-sync one is left.", None, False),
     ("authorizer.class.name", "string", "", HIGH,
-     "The authorizer: a Python class path with authorize(principal, operation, resource_type, name) (empty: allow "
-     "everything, Kafka's default).", None, True),
+     "The authorizer: org.apache.kafka.metadata.authorizer.StandardAuthorizer for kbroker's ACL authorizer (ACLs "
+     "in the metadata log), or a Python class path with authorize(principal, operation, resource_type, name, "
+     "host) (empty: allow everything, Kafka's default).", None, True),
+    ("super.users", "string", "", HIGH,
+     "Principals (Type:name, separated by ;) that kbroker's ACL authorizer allows everything.", None, True),
+    ("allow.everyone.if.no.acl.found", "boolean", "false", MEDIUM,
+     "With kbroker's ACL authorizer: allow an operation on a resource that has no ACL at all.", None, True),
     ("ssl.protocol", "string", "TLSv1.3", MEDIUM,
      "Kafka's SSLContext protocol; kbroker takes its TLS versions from ssl.enabled.protocols.", None, False),
     ("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3", MEDIUM,

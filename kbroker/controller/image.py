@@ -19,8 +19,11 @@ Replay semantics follow Kafka's metadata records (``metadata-specs/``):
 * ``UserScramCredentialRecord`` sets (adds or replaces) the SCRAM credential of a (user, mechanism);
   ``RemoveUserScramCredentialRecord`` removes it (KIP-554; a removal of a credential that is not there changes
   nothing).
+* ``AccessControlEntryRecord`` adds the ACL with its id (or replaces it); ``RemoveAccessControlEntryRecord``
+  removes the ACL with that id (KIP-801; Kafka's controller refuses to replay the removal of an unknown id:
+  MetadataReplayError).
 * ``NoOpRecord`` and the metadata transaction markers change nothing here (the controller groups
-  transactional records before they reach the delta). ACL, quota, delegation-token, ZK-migration
+  transactional records before they reach the delta). Quota, delegation-token, ZK-migration
   and controller-registration records are accepted and ignored for now.
 """
 
@@ -32,6 +35,7 @@ from typing import Any, Iterable, Mapping, NamedTuple
 
 from kbroker.protocol.metadata_records import (
     AbortTransactionRecord,
+    AccessControlEntryRecord,
     BeginTransactionRecord,
     BrokerRegistrationChangeRecord,
     ClearElrRecord,
@@ -44,6 +48,7 @@ from kbroker.protocol.metadata_records import (
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
@@ -51,6 +56,7 @@ from kbroker.protocol.metadata_records import (
     UnregisterBrokerRecord,
     UserScramCredentialRecord,
 )
+from kbroker.security.acl import StandardAcl
 
 __all__ = [
     "BROKER_RESOURCE",
@@ -180,6 +186,8 @@ class MetadataImage:
     #: (user name, mechanism code) -> SCRAM credential; mechanism codes are Kafka's ``ScramMechanism`` types:
     #: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512 (``kbroker.controller.scram_control``)
     scram_credentials: Mapping[tuple[str, int], ScramCredential] = field(default_factory=lambda: _EMPTY)
+    #: ACL id (16-byte Uuid) -> ACL (``AccessControlEntryRecord``, KIP-801; ``kbroker.controller.acl_control``)
+    acls: Mapping[bytes, StandardAcl] = field(default_factory=lambda: _EMPTY)
 
     @classmethod
     def empty(cls, cluster_id: str) -> MetadataImage:
@@ -228,12 +236,14 @@ class MetadataChanges:
     producer_ids_changed: bool = False
     #: (user name, mechanism code) of every SCRAM credential added, replaced or removed
     changed_scram_credentials: frozenset[tuple[str, int]] = frozenset()
+    #: ids of every ACL added or removed
+    changed_acls: frozenset[bytes] = frozenset()
 
     @property
     def is_empty(self) -> bool:
         return not (self.created_topics or self.deleted_topics or self.changed_partitions or self.changed_configs
                     or self.changed_brokers or self.features_changed or self.producer_ids_changed
-                    or self.changed_scram_credentials)
+                    or self.changed_scram_credentials or self.changed_acls)
 
 
 def _tup(values: Iterable[Any] | None) -> tuple[Any, ...]:
@@ -261,6 +271,8 @@ class MetadataDelta:
         self._changed_brokers: set[int] = set()
         self._scram: dict[tuple[str, int], ScramCredential] | None = None
         self._changed_scram: set[tuple[str, int]] = set()
+        self._acls: dict[bytes, StandardAcl] | None = None
+        self._changed_acls: set[bytes] = set()
 
     # ---- lookups through the overlay ----
     def _topic_id_by_name(self, name: str) -> bytes | None:
@@ -296,6 +308,11 @@ class MetadataDelta:
         if self._scram is None:
             self._scram = dict(self.image.scram_credentials)
         return self._scram
+
+    def _mutable_acls(self) -> dict[bytes, StandardAcl]:
+        if self._acls is None:
+            self._acls = dict(self.image.acls)
+        return self._acls
 
     def _mutable_config(self, key: tuple[int, str]) -> dict[str, str]:
         if key in self._configs:
@@ -470,6 +487,17 @@ class MetadataDelta:
         if self._mutable_scram().pop(key, None) is not None:
             self._changed_scram.add(key)
 
+    def _replay_acl(self, r: AccessControlEntryRecord) -> None:
+        self._mutable_acls()[r.id] = StandardAcl(
+            resource_type=r.resource_type, resource_name=r.resource_name, pattern_type=r.pattern_type,
+            principal=r.principal, host=r.host, operation=r.operation, permission_type=r.permission_type)
+        self._changed_acls.add(r.id)
+
+    def _replay_remove_acl(self, r: RemoveAccessControlEntryRecord) -> None:
+        if self._mutable_acls().pop(r.id, None) is None:
+            raise MetadataReplayError(f"no ACL with id {r.id.hex()} to remove")
+        self._changed_acls.add(r.id)
+
     def _replay_clear_elr(self, r: ClearElrRecord) -> None:
         topic_ids: list[bytes]
         if r.topic_name:
@@ -505,6 +533,8 @@ class MetadataDelta:
             changed_scram_credentials=frozenset(
                 k for k in self._changed_scram
                 if self._scram is not None and self._scram.get(k) != self.image.scram_credentials.get(k)),
+            changed_acls=frozenset(k for k in self._changed_acls
+                                   if self._acls is not None and self._acls.get(k) != self.image.acls.get(k)),
         )
 
     def apply(self) -> MetadataImage:
@@ -546,13 +576,14 @@ class MetadataDelta:
             producer_ids_next=img.producer_ids_next if self._producer_ids_next is None else self._producer_ids_next,
             scram_credentials=(img.scram_credentials if self._scram is None
                                else MappingProxyType(dict(self._scram))),
+            acls=img.acls if self._acls is None else MappingProxyType(dict(self._acls)),
         )
 
 
 def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataChanges:
     """What differs between two images that are not one delta apart (an image loaded from a snapshot replaces
     another): topics created and deleted (by id), partitions whose state differs, configs, brokers, features,
-    the producer id block and SCRAM credentials."""
+    the producer id block, SCRAM credentials and ACLs."""
     created = frozenset(tid for tid in new.topics_by_id if tid not in old.topics_by_id)
     deleted = {tid: t for tid, t in old.topics_by_id.items() if tid not in new.topics_by_id}
     changed_partitions = frozenset(
@@ -573,6 +604,7 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataChanges:
         changed_scram_credentials=frozenset(
             k for k in set(old.scram_credentials) | set(new.scram_credentials)
             if old.scram_credentials.get(k) != new.scram_credentials.get(k)),
+        changed_acls=frozenset(k for k in set(old.acls) | set(new.acls) if old.acls.get(k) != new.acls.get(k)),
     )
 
 
@@ -596,6 +628,8 @@ _HANDLERS: dict[type, Any] = {
     ClearElrRecord: MetadataDelta._replay_clear_elr,
     UserScramCredentialRecord: MetadataDelta._replay_scram_credential,
     RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_scram_credential,
+    AccessControlEntryRecord: MetadataDelta._replay_acl,
+    RemoveAccessControlEntryRecord: MetadataDelta._replay_remove_acl,
     NoOpRecord: _ignore,
     BeginTransactionRecord: _ignore,
     EndTransactionRecord: _ignore,

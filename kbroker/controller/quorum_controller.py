@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from kbroker.config import BrokerConfig, parse_properties
+from kbroker.controller.acl_control import plan_create_acls, plan_delete_acls
 from kbroker.controller.bootstrap import BootstrapError, read_bootstrap_file
 from kbroker.controller.config_control import plan_incremental_alter_configs, plan_legacy_alter_configs
 from kbroker.controller.image import (
@@ -1377,6 +1378,27 @@ class QuorumController:
         :mod:`kbroker.controller.scram_control`). Raises ``KafkaError(NOT_CONTROLLER)`` on a standby."""
         with self._lock:
             records, results = plan_alter_user_scram_credentials(self.latest_image, deletions, upsertions)
+            if records:
+                self._commit(records)
+            return results
+
+    # ---- ACLs (KIP-801) ----
+    def create_acls(self, creations: Sequence[Any]) -> list[tuple[int, str | None]]:
+        """CreateAcls: ``creations`` are ``StandardAcl`` values. Returns ``(error_code, error_message)`` per
+        creation; the records of the new ACLs are committed together (rules in
+        :mod:`kbroker.controller.acl_control`). Raises ``KafkaError(NOT_CONTROLLER)`` on a standby."""
+        with self._lock:
+            records, results = plan_create_acls(self.latest_image, creations)
+            if records:
+                self._commit(records)
+            return results
+
+    def delete_acls(self, filters: Sequence[Any]) -> list[tuple[int, str | None, list[Any]]]:
+        """DeleteAcls: ``filters`` are ``AclBindingFilter`` values. Returns ``(error_code, error_message, matched
+        ACLs)`` per filter; the removals are committed together. Raises ``KafkaError(NOT_CONTROLLER)`` on a
+        standby."""
+        with self._lock:
+            records, results = plan_delete_acls(self.latest_image, filters)
             if records:
                 self._commit(records)
             return results

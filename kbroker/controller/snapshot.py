@@ -37,6 +37,7 @@ from kbroker.protocol.errors import CorruptRecordError, InvalidRecordError
 from kbroker.protocol.messages.snapshot_footer_record import SnapshotFooterRecord
 from kbroker.protocol.messages.snapshot_header_record import SnapshotHeaderRecord
 from kbroker.protocol.metadata_records import (
+    AccessControlEntryRecord,
     ConfigRecord,
     FeatureLevelRecord,
     PartitionRecord,
@@ -253,7 +254,8 @@ def image_records(image: MetadataImage) -> list[Any]:
     Order: a FeatureLevelRecord per finalized feature (``metadata.version`` first, then by name); a
     RegisterBrokerRecord per broker (by id) carrying its fencing and controlled-shutdown state; per topic (by
     name) a TopicRecord and a PartitionRecord per partition (by id); a ConfigRecord per (resource, key) (sorted);
-    a UserScramCredentialRecord per SCRAM credential (by user name, then mechanism code); a ProducerIdsRecord
+    a UserScramCredentialRecord per SCRAM credential (by user name, then mechanism code); an
+    AccessControlEntryRecord per ACL (by id); a ProducerIdsRecord
     (broker id and epoch -1, as the image keeps neither) when ``producer_ids_next > 0``.
     """
     records: list[Any] = []
@@ -298,6 +300,10 @@ def image_records(image: MetadataImage) -> list[Any]:
     records += [UserScramCredentialRecord(name=user, mechanism=mechanism, salt=c.salt, stored_key=c.stored_key,
                                           server_key=c.server_key, iterations=c.iterations)
                 for (user, mechanism), c in sorted(image.scram_credentials.items())]
+    records += [AccessControlEntryRecord(id=acl_id, resource_type=a.resource_type, resource_name=a.resource_name,
+                                         pattern_type=a.pattern_type, principal=a.principal, host=a.host,
+                                         operation=a.operation, permission_type=a.permission_type)
+                for acl_id, a in sorted(image.acls.items())]
     if image.producer_ids_next > 0:
         records.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.producer_ids_next))
     return records

@@ -16,40 +16,11 @@ client certificate (``ssl.principal.mapping.rules`` of the listener).
 
 from __future__ import annotations
 
-import enum
 import importlib
 import inspect
 from typing import Any, Mapping, Protocol
 
-
-class AclOperation(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-    TWO_PHASE_COMMIT = 15
-
-
-class ResourceType(enum.IntEnum):
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
+from kbroker.security.acl import AclOperation, ResourceType  # Kafka's codes, re-exported for the handlers
 
 
 Op = AclOperation
@@ -69,12 +40,15 @@ NOT_REQUESTED = -(2**31)
 """``INT32_MIN``: what ``*_authorized_operations`` fields say when the request did not ask."""
 
 ANONYMOUS = "User:ANONYMOUS"
+#: ``authorizer.class.name`` values that select kbroker's ACL authorizer (``kbroker.security.acl.StandardAuthorizer``)
+STANDARD_AUTHORIZER_NAMES = frozenset({"org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                                       "kbroker.security.acl.StandardAuthorizer"})
 CLUSTER_NAME = "kafka-cluster"
 
 
 class Authorizer(Protocol):
     def authorize(self, principal: str, operation: AclOperation, resource_type: ResourceType,
-                  resource_name: str) -> bool: ...
+                  resource_name: str, host: str) -> bool: ...
 
 
 def load_authorizer(props: Mapping[str, str]) -> Authorizer | None:
@@ -83,6 +57,10 @@ def load_authorizer(props: Mapping[str, str]) -> Authorizer | None:
     name = (props.get("authorizer.class.name") or "").strip()
     if not name:
         return None
+    if name in STANDARD_AUTHORIZER_NAMES:  # kbroker's ACL authorizer, fed from the metadata image's ACLs
+        from kbroker.security.acl import StandardAuthorizer
+
+        return StandardAuthorizer(props)
     module, _, attr = name.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module), attr)
@@ -100,11 +78,11 @@ def load_authorizer(props: Mapping[str, str]) -> Authorizer | None:
 
 
 def authorized_operations(authorizer: Authorizer | None, principal: str, resource_type: ResourceType,
-                          resource_name: str) -> int:
-    """The bitfield of the supported operations on the resource that ``principal`` may perform."""
+                          resource_name: str, host: str = "") -> int:
+    """The bitfield of the supported operations on the resource that ``principal`` (from ``host``) may perform."""
     bits = 0
     for op in SUPPORTED_OPERATIONS[resource_type]:
-        if authorizer is None or authorizer.authorize(principal, op, resource_type, resource_name):
+        if authorizer is None or authorizer.authorize(principal, op, resource_type, resource_name, host):
             bits |= 1 << int(op)
     return bits
 

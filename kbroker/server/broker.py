@@ -214,6 +214,7 @@ class Broker:
         # One process per data directory (Kafka's .lock): taken before anything is written or formatted.
         self.dir_locks.acquire([*self.config.log_dirs, self.config.metadata_log_dir])
         self.controller.startup()
+        self._follow_acls()
         controller_names = {n.upper() for n in self.config.get_list("controller.listener.names")}
         if self.metadata_quorum is not None:
             # The quorum first: its peers must reach this node's controller listener before anything else can
@@ -270,6 +271,23 @@ class Broker:
         ports = ", ".join(f"{k}:{v}" for k, v in self.bound_ports.items())
         log.info("started (kbroker node %d, cluster %s, listeners %s)", self.node_id,
                  self.controller.image.cluster_id, ports)
+
+    def _follow_acls(self) -> None:
+        """kbroker's ACL authorizer (``authorizer.class.name`` naming ``StandardAuthorizer``) holds the ACLs of the
+        committed metadata image: loaded now, then changed by every committed change of ``MetadataImage.acls``
+        (as Kafka's ``AclPublisher`` feeds its authorizer). Another authorizer keeps its own rules."""
+        from kbroker.security.acl import StandardAuthorizer
+
+        authorizer = self.authorizer
+        if not isinstance(authorizer, StandardAuthorizer):
+            return
+        authorizer.load(self.controller.image.acls)
+
+        def on_update(old: Any, new: Any, changes: Any) -> None:
+            if changes.changed_acls:
+                authorizer.update(new.acls, changes.changed_acls)
+
+        self.controller.add_listener(on_update)
 
     def _start_partitions(self) -> None:
         """Host the partitions the image assigns to this broker, and the coordinators on them."""

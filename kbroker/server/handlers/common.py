@@ -111,7 +111,9 @@ def authorized_ops(ctx, resource_type: int, name: str, requested: bool) -> int:
     if not requested:
         return NOT_REQUESTED
     principal = getattr(ctx.connection, "principal", ANONYMOUS)
-    return authorized_operations(ctx.broker.authorizer, principal, ResourceType(resource_type), name)
+    peer = getattr(ctx.connection, "peer", None)
+    return authorized_operations(ctx.broker.authorizer, principal, ResourceType(resource_type), name,
+                                 str(peer[0]) if peer else "")
 
 
 def cluster_authorized(ctx, operation: int) -> bool:  # noqa: ANN001
@@ -127,10 +129,12 @@ def cluster_authorized(ctx, operation: int) -> bool:  # noqa: ANN001
     if authorizer is None:
         return True
     principal = getattr(ctx.connection, "principal", ANONYMOUS)
-    if authorizer.authorize(principal, AclOperation(operation), ResourceType.CLUSTER, CLUSTER_NAME):
+    peer = getattr(ctx.connection, "peer", None)
+    host = str(peer[0]) if peer else ""
+    if authorizer.authorize(principal, AclOperation(operation), ResourceType.CLUSTER, CLUSTER_NAME, host):
         return True
     return ctx.client_id.startswith(FORWARDED_PREFIX) and authorizer.authorize(
-        principal, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+        principal, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, host)
 
 
 async def metadata_committed(broker) -> tuple[int, str | None]:
