@@ -38,6 +38,7 @@ from kbroker.cli._common import (
     add_command_config,
     add_version,
     admin_client,
+    check_reachable,
     kafka_error_text,
     load_properties,
     result,
@@ -316,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> None:
         check_args(args)
         admin = admin_client(args.bootstrap_server, load_properties(args.command_config))
+        check_reachable(admin, args.bootstrap_server)
         if args.add:
             add_acls(admin, args)
         elif args.remove:

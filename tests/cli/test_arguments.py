@@ -10,6 +10,7 @@ import time
 import pytest
 
 from kbroker.cli import (
+    acls,
     configs,
     console_consumer,
     console_producer,
@@ -64,6 +65,8 @@ def closed_port() -> str:
     (leader_election.main, ["--bootstrap-server", "x:1", "--election-type", "preferred"], "One and only one"),
     (reassign_partitions.main, ["--bootstrap-server", "x:1"], "exactly one action"),
     (reassign_partitions.main, ["--bootstrap-server", "x:1", "--execute"], '"[reassignment-json-file]"'),
+    (acls.main, ["--bootstrap-server", "x:1"], "one of the arguments --add --remove --list is required"),
+    (acls.main, ["--bootstrap-server", "x:1", "--list", "--resource-pattern-type", "wild"], "invalid choice"),
 ])
 def test_bad_arguments_exit_1_with_a_message(run, main, argv, message):
     status, out, err = run(main, *argv)
@@ -80,6 +83,7 @@ def test_bad_arguments_exit_1_with_a_message(run, main, argv, message):
     (delete_records.main, ["--offset-json-file", "{json}"]),
     (reassign_partitions.main, ["--list"]),
     (leader_election.main, ["--election-type", "preferred", "--all-topic-partitions"]),
+    (acls.main, ["--list"]),
 ])
 def test_unreachable_broker_fails_fast_with_a_clear_error(run, tmp_path, monkeypatch, main, argv):
     monkeypatch.setenv("KBROKER_CLI_TIMEOUT_S", "3")
@@ -221,3 +225,48 @@ def test_codec_requests_check_security_configs(run, tmp_path):
     status, _, err = run(metadata_quorum.main, "--bootstrap-server", closed_port(), "--command-config", cfg,
                          "describe", "--status")
     assert status == 1 and "sasl.mechanism=GSSAPI" in err
+
+
+def _acl_args(*argv: str):  # noqa: ANN202
+    args = acls.build_parser().parse_args(["--bootstrap-server", "x:1", *argv])
+    acls.check_args(args)
+    return args
+
+
+def test_acls_producer_consumer_and_explicit_entries():
+    got = acls.filter_to_entries(_acl_args("--add", "--allow-principal", "User:bob", "--producer", "--consumer",
+                                           "--topic", "t", "--group", "g", "--transactional-id", "tx",
+                                           "--idempotent"))
+    bob = lambda *ops: {("User:bob", "*", op, "ALLOW") for op in ops}  # noqa: E731
+    assert got == {("TOPIC", "t", "LITERAL"): bob("WRITE", "DESCRIBE", "CREATE", "READ"),
+                   ("TRANSACTIONAL_ID", "tx", "LITERAL"): bob("WRITE", "DESCRIBE"),
+                   ("CLUSTER", "kafka-cluster", "LITERAL"): bob("IDEMPOTENT_WRITE"),
+                   ("GROUP", "g", "LITERAL"): bob("READ")}
+    got = acls.filter_to_entries(_acl_args("--add", "--allow-principal", "User:a", "--deny-principal", "User:m",
+                                           "--deny-host", "10.0.0.1", "--deny-host", "10.0.0.2", "--operation",
+                                           "idempotent_write", "--cluster"))
+    assert got == {("CLUSTER", "kafka-cluster", "LITERAL"): {
+        ("User:a", "*", "IDEMPOTENT_WRITE", "ALLOW"), ("User:m", "10.0.0.1", "IDEMPOTENT_WRITE", "DENY"),
+        ("User:m", "10.0.0.2", "IDEMPOTENT_WRITE", "DENY")}}
+    # --remove without principals: every ACL of the resource; --operation defaults to All
+    assert acls.filter_to_entries(_acl_args("--remove", "--topic", "t", "--resource-pattern-type", "match")) == {
+        ("TOPIC", "t", "MATCH"): set()}
+    assert acls.filter_to_entries(_acl_args("--add", "--allow-principal", "User:a", "--topic", "t")) == {
+        ("TOPIC", "t", "LITERAL"): {("User:a", "*", "ALL", "ALLOW")}}
+    assert acls.block("Current ACLs for resource `x`:", [("User:a", "*", "READ", "ALLOW")]) == (
+        "Current ACLs for resource `x`: \n \t(principal=User:a, host=*, operation=READ, permissionType=ALLOW) \n")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--list", "--producer", "--topic", "t"], "Option --list does not take --producer or --consumer"),
+    (["--add", "--producer", "--allow-principal", "User:a"], "With --producer you must specify a --topic"),
+    (["--add", "--idempotent", "--topic", "t"], "The --idempotent option is only available if --producer is set"),
+    (["--add", "--consumer", "--topic", "t", "--group", "g", "--cluster"], "no --cluster or --transactional-id"),
+    (["--add", "--topic", "t", "--resource-pattern-type", "any"], "'ANY' is not valid when adding acls"),
+    (["--remove", "--principal", "User:a", "--topic", "t"], "only available if --list is set"),
+])
+def test_acls_argument_checks(argv, message):
+    with pytest.raises(CliError, match=message):
+        _acl_args(*argv)
+    with pytest.raises(CliError, match="Invalid operation name Fly"):
+        acls.filter_to_entries(_acl_args("--add", "--allow-principal", "User:a", "--operation", "Fly", "--topic", "t"))
