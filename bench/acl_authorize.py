@@ -11,7 +11,9 @@ rotating set of 1,000 requests:
 * ``prefixed allow``: a principal READs a topic under one of its prefixes (``p3-7-orders-eu``);
 * ``denied``: a principal WRITEs a topic of another (the topic has ACLs, none applies);
 * ``implied describe``: DESCRIBE of a literal topic (allowed by READ / the wildcard);
-* ``no acl``: a topic nobody named (checks the literal, every prefix length and the wildcard).
+* ``no acl``: a topic nobody named (checks the literal, every prefix length and the wildcard);
+* ``by resource type``: ``authorize_by_resource_type`` (may the principal WRITE some topic; KIP-679), which scans
+  every ACL as Kafka's default implementation does.
 
 Usage: ``python bench/acl_authorize.py [--acls 10000] [--calls 300000]``. Prints calls/s and µs per call per
 case. Not a test: nothing here asserts on speed.
@@ -91,6 +93,14 @@ def main() -> None:
         elapsed = time.perf_counter() - start
         print(f"{name:17s} {args.calls / elapsed:>12,.0f} calls/s  {elapsed / args.calls * 1e6:6.2f} µs/call  "
               f"({allowed}/{n} allowed)")
+    # KIP-679 (InitProducerId of an idempotent producer without IdempotentWrite): a scan of every ACL
+    calls = 200
+    start = time.perf_counter()
+    allowed = sum(auth.authorize_by_resource_type(f"User:u{k % PRINCIPALS}", Op.WRITE, Res.TOPIC, HOST)
+                  for k in range(calls))
+    elapsed = time.perf_counter() - start
+    print(f"{'by resource type':17s} {calls / elapsed:>12,.0f} calls/s  {elapsed / calls * 1e6:6.0f} µs/call  "
+          f"({allowed}/{calls} allowed)")
 
 
 if __name__ == "__main__":
