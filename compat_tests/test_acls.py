@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -135,6 +136,7 @@ def test_confluent_create_describe_delete_round_trip_and_restart(kbroker_factory
     broker.start()
     admin = admin_client(broker.bootstrap)
     assert create(admin, [binding("after-snapshot")]) == [None]
+    assert list(Path(broker.log_dirs).glob("__cluster_metadata-0/*.checkpoint")), "no metadata snapshot written"
     broker.restart()
     assert describe(admin_client(broker.bootstrap)) == sorted(
         left + [("TOPIC", "after-snapshot", "LITERAL", "User:alice", "*", "READ", "ALLOW")])
