@@ -1,10 +1,10 @@
 """ACLs (KIP-140 admin API, KIP-801 ACLs in the metadata log) managed by real clients and tools against real
 brokers running kbroker's StandardAuthorizer.
 
-confluent-kafka's and kafka-python's admin clients create, describe and delete ACLs and get Kafka's errors
-(INVALID_REQUEST with the controller's messages, SECURITY_DISABLED without an authorizer); ``kbroker-acls`` is run
-as ``kafka-acls.sh`` is (--add / --list / --remove, --producer / --consumer, prefixed patterns); the ACLs survive a
-restart; a SASL PLAIN user needs ALTER on the cluster to create ACLs (a super user always may, and an ACL a super
+confluent-kafka's, kafka-python's and the Java admin clients create, describe and delete ACLs and get Kafka's
+errors (INVALID_REQUEST with the controller's messages, SECURITY_DISABLED without an authorizer); ``kbroker-acls``
+is run as ``kafka-acls.sh`` is (--add / --list / --remove, --producer / --consumer, prefixed patterns); the ACLs
+survive a restart; a SASL PLAIN user needs ALTER on the cluster to create ACLs (a super user always may, and an ACL a super
 user grants lets the user do it); in a 3-node cluster ACLs created through any node (forwarded to the active
 controller) are described by every node, also after a restart of every node. Whether the other APIs enforce the
 ACLs is tested where the handlers check them.
@@ -402,3 +402,35 @@ def test_cluster_acls_everywhere_and_across_a_full_restart(tmp_path):
         _wait_everywhere(cluster, want)
     finally:
         cluster.stop()
+
+
+# ------------------------------------------------------------------------------------- the Java client
+
+
+def test_java_admin_client(kbroker_factory, java_driver):
+    broker = kbroker_factory(OPEN)
+    base = ["--bootstrap", broker.bootstrap]
+    created = java_driver.one(java_driver.run(
+        ["admin", "create-acls", *base, "--acl", "TOPIC,jv,LITERAL,User:dave,*,READ,ALLOW",
+         "--acl", "GROUP,jv-,PREFIXED,User:dave,10.0.0.1,ALL,DENY",
+         "--acl", "TOPIC,x,LITERAL,dave,*,READ,ALLOW"]), "created-acls")
+    assert [(r["acl"].split(",")[1], r["error_class"]) for r in created["results"]] == [
+        ("jv", None), ("jv-", None), ("x", "InvalidRequestException")]
+    assert "Could not parse principal from `dave`" in created["results"][2]["message"]
+    match = "GROUP,jv-group,MATCH,,,ANY,ANY"
+    assert java_driver.one(java_driver.run(["admin", "describe-acls", *base, "--acl", match]), "acls")["acls"] == [
+        "GROUP,jv-,PREFIXED,User:dave,10.0.0.1,ALL,DENY"]
+    deleted = java_driver.one(java_driver.run(["admin", "delete-acls", *base, "--acl", "ANY,,ANY,User:dave,,ANY,ANY"]),
+                              "deleted-acls")
+    assert deleted["results"] == [["GROUP,jv-,PREFIXED,User:dave,10.0.0.1,ALL,DENY",
+                                   "TOPIC,jv,LITERAL,User:dave,*,READ,ALLOW"]]
+    everything = "ANY,,ANY,,,ANY,ANY"
+    assert java_driver.one(java_driver.run(["admin", "describe-acls", *base, "--acl", everything]),
+                           "acls")["acls"] == []
+
+    plain = kbroker_factory()  # no authorizer: the Java client reports DescribeAcls' top-level error
+    events = java_driver.run(["admin", "describe-acls", "--bootstrap", plain.bootstrap, "--acl", everything],
+                             check=False)
+    error = java_driver.one(events, "error")
+    assert error["error_class"] == "SecurityDisabledException", events
+    assert error["message"] == "No Authorizer is configured on the broker"

@@ -27,6 +27,8 @@
 //       describe-topic --topic T [--authorized-operations true] | list-topics | delete-topic --topic T
 //       describe-cluster [--authorized-operations true]
 //       describe-configs (--topic T | --broker ID)
+//       create-acls --acl A ... | describe-acls --acl F | delete-acls --acl F ...  (A / F:
+//       TYPE,name,PATTERN,principal,host,OPERATION,PERMISSION; an empty field of a filter matches any)
 //   spec          --count N [--start-index 0] plus produce's content options: prints the records produce
 //                 would send ({"event":"spec",...}), no broker; lets Python check RecordSpec parity.
 //   selftest      compresses and decompresses with every codec through the client's own codec
@@ -552,10 +554,80 @@ public final class KafkaDriver {
                     emit(obj("event", "configs", "resource_type", res.type().name(), "resource", res.name(), "configs", entries));
                     return 0;
                 }
+                case "create-acls": {
+                    List<org.apache.kafka.common.acl.AclBinding> bindings = new ArrayList<>();
+                    for (String text : a.all("acl")) bindings.add(aclBinding(text));
+                    Map<org.apache.kafka.common.acl.AclBinding, org.apache.kafka.common.KafkaFuture<Void>> futures =
+                            admin.createAcls(bindings).values();
+                    List<Object> results = new ArrayList<>();
+                    for (org.apache.kafka.common.acl.AclBinding b : bindings) {
+                        try {
+                            futures.get(b).get();
+                            results.add(obj("acl", aclText(b), "error_class", null));
+                        } catch (ExecutionException e) {
+                            results.add(obj("acl", aclText(b), "error_class", e.getCause().getClass().getSimpleName(),
+                                    "message", e.getCause().getMessage()));
+                        }
+                    }
+                    emit(obj("event", "created-acls", "results", results));
+                    return 0;
+                }
+                case "describe-acls": {
+                    List<Object> acls = new ArrayList<>();
+                    for (org.apache.kafka.common.acl.AclBinding b : admin.describeAcls(aclFilter(a.req("acl"))).values().get())
+                        acls.add(aclText(b));
+                    acls.sort(null);
+                    emit(obj("event", "acls", "acls", acls));
+                    return 0;
+                }
+                case "delete-acls": {
+                    List<org.apache.kafka.common.acl.AclBindingFilter> filters = new ArrayList<>();
+                    for (String text : a.all("acl")) filters.add(aclFilter(text));
+                    Map<org.apache.kafka.common.acl.AclBindingFilter,
+                            org.apache.kafka.common.KafkaFuture<org.apache.kafka.clients.admin.DeleteAclsResult.FilterResults>> futures =
+                            admin.deleteAcls(filters).values();
+                    List<Object> results = new ArrayList<>();
+                    for (org.apache.kafka.common.acl.AclBindingFilter f : filters) {
+                        List<Object> deleted = new ArrayList<>();
+                        for (org.apache.kafka.clients.admin.DeleteAclsResult.FilterResult fr : futures.get(f).get().values())
+                            deleted.add(aclText(fr.binding()));
+                        deleted.sort(null);
+                        results.add(deleted);
+                    }
+                    emit(obj("event", "deleted-acls", "results", results));
+                    return 0;
+                }
                 default:
                     throw new UsageException("unknown admin subcommand: " + sub);
             }
         }
+    }
+
+    /** "TYPE,name,PATTERN,principal,host,OPERATION,PERMISSION" (an empty field is null: any) -> a filter. */
+    static org.apache.kafka.common.acl.AclBindingFilter aclFilter(String text) throws UsageException {
+        String[] f = text.split(",", -1);
+        if (f.length != 7) throw new UsageException("--acl wants TYPE,name,PATTERN,principal,host,OP,PERMISSION: " + text);
+        return new org.apache.kafka.common.acl.AclBindingFilter(
+                new org.apache.kafka.common.resource.ResourcePatternFilter(
+                        org.apache.kafka.common.resource.ResourceType.fromString(f[0]), f[1].isEmpty() ? null : f[1],
+                        org.apache.kafka.common.resource.PatternType.fromString(f[2])),
+                new org.apache.kafka.common.acl.AccessControlEntryFilter(f[3].isEmpty() ? null : f[3],
+                        f[4].isEmpty() ? null : f[4], org.apache.kafka.common.acl.AclOperation.fromString(f[5]),
+                        org.apache.kafka.common.acl.AclPermissionType.fromString(f[6])));
+    }
+
+    static org.apache.kafka.common.acl.AclBinding aclBinding(String text) throws UsageException {
+        org.apache.kafka.common.acl.AclBindingFilter f = aclFilter(text);
+        return new org.apache.kafka.common.acl.AclBinding(
+                new org.apache.kafka.common.resource.ResourcePattern(f.patternFilter().resourceType(),
+                        f.patternFilter().name(), f.patternFilter().patternType()),
+                new org.apache.kafka.common.acl.AccessControlEntry(f.entryFilter().principal(), f.entryFilter().host(),
+                        f.entryFilter().operation(), f.entryFilter().permissionType()));
+    }
+
+    static String aclText(org.apache.kafka.common.acl.AclBinding b) {
+        return String.join(",", b.pattern().resourceType().name(), b.pattern().name(), b.pattern().patternType().name(),
+                b.entry().principal(), b.entry().host(), b.entry().operation().name(), b.entry().permissionType().name());
     }
 
     // ------------------------------------------------------------------ selftest
@@ -616,7 +688,7 @@ public final class KafkaDriver {
         static final Set<String> KNOWN = Set.of("bootstrap", "topic", "count", "acks", "compression", "idempotence",
                 "linger-ms", "batch-size", "partitions", "base-ts", "ts-step", "tag", "binary", "nulls", "start-index",
                 "sync", "delay-ms", "pad", "prop", "expect", "isolation", "timeout-ms", "fetch-max-wait-ms", "timestamp",
-                "replication-factor", "config", "broker", "internal", "authorized-operations");
+                "replication-factor", "config", "broker", "internal", "authorized-operations", "acl");
 
         static Args parse(String[] argv, int from) throws UsageException {
             Args a = new Args();
