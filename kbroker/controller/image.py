@@ -20,8 +20,8 @@ Replay semantics follow Kafka's metadata records (``metadata-specs/``):
   ``RemoveUserScramCredentialRecord`` removes it (KIP-554; a removal of a credential that is not there changes
   nothing).
 * ``AccessControlEntryRecord`` adds the ACL with its id (or replaces it); ``RemoveAccessControlEntryRecord``
-  removes the ACL with that id (KIP-801; Kafka's controller refuses to replay the removal of an unknown id:
-  MetadataReplayError).
+  removes the ACL with that id (KIP-801); removing an id that has no ACL is a MetadataReplayError, as Kafka's
+  controller refuses to replay it.
 * ``NoOpRecord`` and the metadata transaction markers change nothing here (the controller groups
   transactional records before they reach the delta). Quota, delegation-token, ZK-migration
   and controller-registration records are accepted and ignored for now.
