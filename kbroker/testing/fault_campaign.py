@@ -25,12 +25,17 @@ in CI; longer campaigns::
     python -m kbroker.testing.fault_campaign --faults 1000 --seed 7
 
 print the counts (faults by kind, acknowledged, read, lost, duplicated) and the recovery times.
+
+The producer's librdkafka ``eos`` debug lines (epoch bumps, partition drains, sequence errors: few, and only around
+faults) go to ``<root>/producer-eos.log`` with the faults interleaved; when the history check fails, the lines
+naming the idempotent producer's state changes are added to the failure.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import logging
 import random
 import shutil
 import statistics
@@ -129,8 +134,10 @@ class Writer:
     """An idempotent acks=all confluent-kafka producer writing unique values round-robin over the partitions,
     in a thread, recording attempts and acknowledgements in a :class:`History`."""
 
-    def __init__(self, bootstrap: str, h: History, prefix: str, config: Mapping[str, Any] | None = None) -> None:
-        """``config``: librdkafka settings over the ones below."""
+    def __init__(self, bootstrap: str, h: History, prefix: str, config: Mapping[str, Any] | None = None,
+                 eos_log: logging.Logger | None = None) -> None:
+        """``config``: librdkafka settings over the ones below; ``eos_log``: where librdkafka's ``eos`` debug lines
+        go (served by the writer's poll)."""
         self.h = h
         self.prefix = prefix
         # request.timeout.ms 5 s (30 s by default): a leader cut off from the cluster holds acks=all produce
@@ -143,7 +150,8 @@ class Writer:
         self.p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
                            "linger.ms": 2, "message.timeout.ms": 120000, "retry.backoff.ms": 50,
                            "request.timeout.ms": 5000, "enable.sparse.connections": False,
-                           "topic.metadata.refresh.interval.ms": 1000, **(config or {})})
+                           "topic.metadata.refresh.interval.ms": 1000,
+                           **({"debug": "eos", "logger": eos_log} if eos_log is not None else {}), **(config or {})})
         self.acked = 0
         #: per partition: acknowledgements of records produced after the last mark()
         self.acked_in = [0] * PARTITIONS
@@ -257,18 +265,52 @@ def _broker_roles(admin: Admin) -> tuple[set[int], set[int]]:
     return leaders, replicas - leaders
 
 
+#: librdkafka eos debug facilities that tell why the idempotent producer changed its epoch or sequence numbers
+_EOS_EVENTS = ("epoch bump", "ERRSEQ", "UNKPID", "DUPSEQ", "NEWPID", "fatal", "campaign:")
+
+
+def _eos_logger(path: Path) -> logging.Logger:
+    """A logger of its own (not propagated) writing to ``path``: the producer's eos debug lines and the faults."""
+    logger = logging.getLogger(f"kbroker.fault_campaign.{path}")
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    logger.addHandler(handler)
+    return logger
+
+
+def _eos_excerpt(path: Path, limit: int = 60) -> str:
+    """The producer's state changes (and the faults around them) from ``path``, at most ``limit`` lines ending at
+    the last state change."""
+    try:
+        lines = [ln.rstrip() for ln in path.read_text(errors="replace").splitlines()
+                 if any(e in ln for e in _EOS_EVENTS)]
+    except OSError as exc:
+        return f"(no producer eos log: {exc})"
+    last = max((i for i, ln in enumerate(lines) if "campaign:" not in ln), default=len(lines) - 1)
+    return "producer eos log (" + str(path) + "):\n" + "\n".join(lines[max(0, last - limit + 1):last + 1])
+
+
 def run_campaign(root: Path, faults: int, seed: int, log: Any = None) -> CampaignResult:
     """Run ``faults`` seeded faults against a fresh cluster under ``root``; see the module docstring. Raises
     AssertionError (from the history check or a recovery that does not come) on a failure."""
     rng = random.Random(seed)
     out = CampaignResult()
-    say = log or (lambda msg: None)
+    eos_log = _eos_logger(root / "producer-eos.log")
+
+    def say(msg: str) -> None:
+        eos_log.info("campaign: %s", msg)
+        if log is not None:
+            log(msg)
+
     cluster = KbrokerCluster(root, nodes=3, brokers=3, overrides=CAMPAIGN_OVERRIDES, link_proxies=True)
     with cluster:
         admin = Admin(cluster)
         create_topic(admin)
         h = History()
-        w = Writer(cluster.bootstrap, h, f"c{seed}").start()
+        w = Writer(cluster.bootstrap, h, f"c{seed}", eos_log=eos_log).start()
         try:
             w.wait_acked(300, 30)
             for i in range(faults):
@@ -305,6 +347,7 @@ def run_campaign(root: Path, faults: int, seed: int, log: Any = None) -> Campaig
                 for p in range(PARTITIONS):
                     w.wait_acked(5, 60, partition=p)
                 out.recovery_s.append(time.monotonic() - started)
+                say(f"fault {i + 1}/{faults}: recovered after {out.recovery_s[-1]:.1f} s")
         finally:
             w.stop()
         out.read = read_back(cluster.bootstrap, h)
@@ -312,7 +355,14 @@ def run_campaign(root: Path, faults: int, seed: int, log: Any = None) -> Campaig
         out.report = report
         out.acknowledged = report.acknowledged
         out.lost, out.duplicated = len(report.lost), len(report.duplicated)
-        report.assert_ok()
+        try:
+            report.assert_ok()
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{_eos_excerpt(root / 'producer-eos.log')}") from None
+        finally:
+            for handler in eos_log.handlers[:]:
+                eos_log.removeHandler(handler)
+                handler.close()
         wait_identical(cluster, cluster.broker_ids)
     return out
 
