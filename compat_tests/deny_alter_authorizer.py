@@ -4,5 +4,5 @@ from __future__ import annotations
 
 
 class DenyAlter:
-    def authorize(self, principal, operation, resource_type, resource_name) -> bool:  # noqa: ANN001
+    def authorize(self, principal, operation, resource_type, resource_name, host) -> bool:  # noqa: ANN001
         return int(operation) != 7  # AclOperation.ALTER

@@ -5,5 +5,5 @@ from __future__ import annotations
 
 
 class DenyClusterAlterDescribe:
-    def authorize(self, principal, operation, resource_type, resource_name) -> bool:  # noqa: ANN001
+    def authorize(self, principal, operation, resource_type, resource_name, host) -> bool:  # noqa: ANN001
         return not (int(resource_type) == 4 and int(operation) in (7, 8))  # CLUSTER; ALTER, DESCRIBE

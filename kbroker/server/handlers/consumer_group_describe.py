@@ -11,13 +11,32 @@ Version notes: v1: ``MemberType`` (1 = consumer protocol member).
 from __future__ import annotations
 
 from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 
 API_KEY = ApiKey.CONSUMER_GROUP_DESCRIBE
 VERSIONS = range(0, 2)
 
 
 async def handle(ctx, request: ConsumerGroupDescribeRequest) -> ConsumerGroupDescribeResponse:
-    groups = await ctx.broker.group_coordinator.consumer_group_describe(list(request.group_ids),
-                                                                        request.include_authorized_operations)
+    names = list(request.group_ids)
+    include = request.include_authorized_operations
+    if ctx.broker.authorizer is None:
+        return ConsumerGroupDescribeResponse(groups=await ctx.broker.group_coordinator.consumer_group_describe(
+            names, include))
+    allowed = common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, names)
+    described = iter(await ctx.broker.group_coordinator.consumer_group_describe([n for n in names if n in allowed],
+                                                                                include))
+    groups = []
+    for name in names:
+        if name not in allowed:
+            groups.append(ConsumerGroupDescribeResponse.DescribedGroup(
+                group_id=name, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, authorized_operations=-2147483648))
+            continue
+        group = next(described)
+        if include and group.error_code == ErrorCode.NONE:
+            group.authorized_operations = common.authorized_ops(ctx, ResourceType.GROUP, group.group_id, True)
+        groups.append(group)
     return ConsumerGroupDescribeResponse(groups=groups)
