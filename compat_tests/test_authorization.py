@@ -25,6 +25,7 @@ from kbroker.protocol.messages import (
     CreateTopicsRequest,
     CreateTopicsResponse,
     DescribeGroupsRequest,
+    FetchRequest,
     FindCoordinatorRequest,
     InitProducerIdRequest,
     ListGroupsRequest,
@@ -122,8 +123,9 @@ def test_a_principal_with_read_on_one_topic(kbroker_factory, tmp_path, java_driv
     reports: list = []
     p = Producer({**alice, "message.timeout.ms": 10000})
     p.produce("readable", b"nope", on_delivery=lambda err, msg: reports.append(err))
+    p.produce("ghost", b"nope", on_delivery=lambda err, msg: reports.append(err))  # existence is not told either
     p.flush(20)
-    assert [e.code() for e in reports] == [KafkaError.TOPIC_AUTHORIZATION_FAILED], reports
+    assert [e.code() for e in reports] == [KafkaError.TOPIC_AUTHORIZATION_FAILED] * 2, reports
 
     # does not see the other topics; named, they are TOPIC_AUTHORIZATION_FAILED, and nothing is auto-created
     a = AdminClient(alice)
@@ -156,6 +158,15 @@ def test_a_principal_with_read_on_one_topic(kbroker_factory, tmp_path, java_driv
     assert described.groups[0].error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
     listed = w.send(ListGroupsRequest(), 4)
     assert {g.group_id for g in listed.groups} == {"alice-group"}
+
+    # a follower's Fetch needs CLUSTER_ACTION: alice's READ lets her fetch only as a consumer
+    for replica_id, want in ((-1, ErrorCode.NONE), (1, ErrorCode.TOPIC_AUTHORIZATION_FAILED)):
+        fetched = w.send(FetchRequest(replica_id=replica_id, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                                      topics=[FetchRequest.FetchTopic(topic="readable", partitions=[
+                                          FetchRequest.FetchPartition(partition=0, fetch_offset=0,
+                                                                      current_leader_epoch=-1, last_fetched_epoch=-1,
+                                                                      partition_max_bytes=1 << 20)])]), 12)
+        assert fetched.responses[0].partitions[0].error_code == want, (replica_id, fetched)
 
     # an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679)
     assert w.send(InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000, producer_id=-1,

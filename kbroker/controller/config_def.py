@@ -252,8 +252,8 @@ _STATIC: list[tuple] = [
     ("unclean.leader.election.enable", "boolean", "false", HIGH,
      "Elect an out-of-sync replica when no in-sync one is left.", None, False),
     ("authorizer.class.name", "string", "", HIGH,
-     "The authorizer: a Python class path with authorize(principal, operation, resource_type, name) (empty: allow "
-     "everything, Kafka's default).", None, True),
+     "The authorizer: a Python class path with authorize(principal, operation, resource_type, name, host) (empty: "
+     "allow everything, Kafka's default).", None, True),
     ("ssl.protocol", "string", "TLSv1.3", MEDIUM,
      "Kafka's SSLContext protocol; kbroker takes its TLS versions from ssl.enabled.protocols.", None, False),
     ("ssl.enabled.protocols", "list", "TLSv1.2,TLSv1.3", MEDIUM,

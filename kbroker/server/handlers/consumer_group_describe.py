@@ -3,7 +3,10 @@
 Behavior: per group its state (Empty, Assigning, Reconciling, Stable), group epoch, assignment epoch, the
 assignor, and every member with its subscription, current assignment and target assignment (topic ids and
 names). A classic group or an unknown group is answered GROUP_ID_NOT_FOUND: the Admin client then describes
-it with DescribeGroups. Authorized operations (when asked for): READ, DELETE and DESCRIBE (no authorizer).
+it with DescribeGroups. Authorized operations (when asked for): READ, DELETE and DESCRIBE without an authorizer,
+else the caller's. With an authorizer a group the caller may not DESCRIBE is GROUP_AUTHORIZATION_FAILED, and a
+group whose members' assignments hold a topic it may not DESCRIBE is TOPIC_AUTHORIZATION_FAILED (Kafka 4.0,
+KAFKA-18813).
 Answered once the in-sync replicas hold what was read (a group whose wait fails gets its error).
 Version notes: v1: ``MemberType`` (1 = consumer protocol member).
 """
@@ -36,6 +39,13 @@ async def handle(ctx, request: ConsumerGroupDescribeRequest) -> ConsumerGroupDes
                 group_id=name, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, authorized_operations=-2147483648))
             continue
         group = next(described)
+        topics = {tp.topic_name for m in group.members for a in (m.assignment, m.target_assignment)
+                  for tp in a.topic_partitions}
+        if topics and len(common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topics)) < len(topics):
+            # KAFKA-18813 (Kafka 4.0): a group holding a topic the caller may not DESCRIBE is not described
+            groups.append(ConsumerGroupDescribeResponse.DescribedGroup(
+                group_id=name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, authorized_operations=-2147483648))
+            continue
         if include and group.error_code == ErrorCode.NONE:
             group.authorized_operations = common.authorized_ops(ctx, ResourceType.GROUP, group.group_id, True)
         groups.append(group)

@@ -3,7 +3,8 @@
 Behavior: per group its state, protocol type, and members (member id, instance id, client id, client host);
 in Stable also the chosen protocol and each member's metadata and assignment. An unknown group is reported
 as state ``Dead`` without error before v6 and as GROUP_ID_NOT_FOUND from v6 (the Admin client relies on
-this). Authorized operations (v3+, when asked for) are READ, DELETE and DESCRIBE: there is no authorizer.
+this). Authorized operations (v3+, when asked for): READ, DELETE and DESCRIBE without an authorizer, else the
+caller's. With an authorizer a group the caller may not DESCRIBE is GROUP_AUTHORIZATION_FAILED, as in Kafka.
 Answered once the in-sync replicas hold what was read (a group whose wait fails gets its error).
 Version notes: v3: authorized operations; v4: group instance id; v5: flexible; v6: error message.
 """

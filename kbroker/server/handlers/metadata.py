@@ -8,7 +8,11 @@ Behavior:
   with ``num.partitions`` partitions; invalid names get INVALID_TOPIC_EXCEPTION;
 * leader epochs (v7+) and topic ids (v10+) come from the metadata image;
 * authorized operations (v8+) when asked: the caller's operations on each topic, and (v8-10) on the cluster
-  (``kbroker.server.authorizer``); ``-2147483648`` when not asked.
+  (``kbroker.server.authorizer``; 0 for the cluster without DESCRIBE on it, as Kafka); ``-2147483648`` when not
+  asked;
+* with an authorizer (Kafka's ``handleTopicMetadataRequest``): an all-topics answer leaves out the topics the
+  caller may not DESCRIBE; a named one is TOPIC_AUTHORIZATION_FAILED without telling whether it exists; a missing
+  topic is auto-created only with CREATE on the cluster or on it, else TOPIC_AUTHORIZATION_FAILED.
 Version notes:
 * v10-11 may carry topic ids in the request but must not use them; v12+ may look up topics by id;
   v13 adds a top-level ErrorCode.
@@ -33,9 +37,11 @@ async def handle(ctx, request: MetadataRequest) -> MetadataResponse:
     broker = ctx.broker
     version = ctx.api_version
     image = broker.controller.image
+    asked_cluster_ops = 8 <= version <= 10 and request.include_cluster_authorized_operations
     resp = MetadataResponse(cluster_id=image.cluster_id, controller_id=broker.controller_id,
                             cluster_authorized_operations=common.authorized_ops(
-                                ctx, 4, "kafka-cluster", 8 <= version <= 10 and request.include_cluster_authorized_operations))
+                                ctx, 4, "kafka-cluster", asked_cluster_ops)
+                            if not asked_cluster_ops or not common.cluster_denied(ctx, AclOperation.DESCRIBE) else 0)
     resp.brokers = [MetadataResponse.MetadataResponseBroker(node_id=n, host=h, port=p, rack=r)
                     for n, h, p, r in common.broker_endpoints(ctx)]
     all_topics = request.topics is None or (version == 0 and not request.topics)
