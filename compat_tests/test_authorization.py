@@ -293,3 +293,116 @@ def test_a_cluster_whose_nodes_have_cluster_action(tmp_path):
             resp = ask(host, int(port), 19, 7, req, CreateTopicsResponse, timeout=30)
             assert [(t.name, t.error_code) for t in resp.topics] == [
                 (f"ok-{node_id}", ErrorCode.NONE), (f"no-{node_id}", ErrorCode.TOPIC_AUTHORIZATION_FAILED)], resp
+
+
+def test_each_api_answers_kafkas_error(kbroker_factory, tmp_path):
+    """The requests alice's clients did not send above, on the wire: each answers what Kafka's broker answers a
+    principal with READ on ``readable`` and ``alice-group`` only (the authorized parts are still served)."""
+    from kbroker.protocol import messages as m
+
+    broker, bootstrap = acl_broker(kbroker_factory, tmp_path, RULES)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for f in admin.create_topics([NewTopic("readable", 1, 1), NewTopic("secret", 1, 1)]).values():
+        f.result(20)
+    w = wire_as(bootstrap, "alice")
+    TAF, GAF, CAF, TXN = (ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                          ErrorCode.CLUSTER_AUTHORIZATION_FAILED, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+
+    deadline = time.monotonic() + 30  # the group coordinator (and __consumer_offsets) first
+    while w.send(FindCoordinatorRequest(key_type=0, coordinator_keys=["alice-group"]), 4).coordinators[0].error_code:
+        assert time.monotonic() < deadline, "no group coordinator"
+        time.sleep(0.2)
+
+    def commit(group: str) -> dict[str, int]:
+        r = w.send(m.OffsetCommitRequest(group_id=group, topics=[m.OffsetCommitRequest.OffsetCommitRequestTopic(
+            name=n, partitions=[m.OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=0, committed_offset=0)])
+            for n in ("readable", "secret")]), 8)
+        return {t.name: t.partitions[0].error_code for t in r.topics}
+
+    assert commit("alice-group") == {"readable": ErrorCode.NONE, "secret": TAF}
+    assert commit("other-group") == {"readable": GAF, "secret": GAF}
+
+    groups = [m.OffsetFetchRequest.OffsetFetchRequestGroup(group_id="alice-group", topics=[
+        m.OffsetFetchRequest.OffsetFetchRequestTopics(name=n, partition_indexes=[0]) for n in ("readable", "secret")]),
+        m.OffsetFetchRequest.OffsetFetchRequestGroup(group_id="alice-group", topics=None),
+        m.OffsetFetchRequest.OffsetFetchRequestGroup(group_id="other-group", topics=None)]
+    r = w.send(m.OffsetFetchRequest(groups=groups), 8)
+    named, every, other = r.groups
+    assert {t.name: (t.partitions[0].error_code, t.partitions[0].committed_offset) for t in named.topics} == {
+        "readable": (ErrorCode.NONE, 0), "secret": (TAF, -1)}
+    assert [t.name for t in every.topics] == ["readable"]  # the commit of secret was refused, none to leave out
+    assert other.error_code == GAF
+    r = w.send(m.OffsetFetchRequest(group_id="alice-group", topics=[
+        m.OffsetFetchRequest.OffsetFetchRequestTopic(name="secret", partition_indexes=[0])]), 7)
+    assert (r.error_code, r.topics[0].partitions[0].error_code) == (ErrorCode.NONE, TAF)
+
+    r = w.send(m.OffsetDeleteRequest(group_id="alice-group", topics=[
+        m.OffsetDeleteRequest.OffsetDeleteRequestTopic(name="readable", partitions=[
+            m.OffsetDeleteRequest.OffsetDeleteRequestPartition(partition_index=0)])]), 0)
+    assert r.error_code == GAF  # DELETE on the group
+    assert [x.error_code for x in w.send(m.DeleteGroupsRequest(groups_names=["alice-group"]), 2).results] == [GAF]
+
+    def per_topic(resp, topics_attr: str, name_attr: str, parts_attr: str | None) -> dict[str, int]:
+        out = {}
+        for t in getattr(resp, topics_attr):
+            out[getattr(t, name_attr)] = getattr(t, parts_attr)[0].error_code if parts_attr else t.error_code
+        return out
+
+    r = w.send(m.ListOffsetsRequest(replica_id=-1, topics=[m.ListOffsetsRequest.ListOffsetsTopic(name=n, partitions=[
+        m.ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)]) for n in ("readable", "secret")]), 7)
+    assert per_topic(r, "topics", "name", "partitions") == {"readable": ErrorCode.NONE, "secret": TAF}
+    r = w.send(m.OffsetForLeaderEpochRequest(topics=[m.OffsetForLeaderEpochRequest.OffsetForLeaderTopic(
+        topic=n, partitions=[m.OffsetForLeaderEpochRequest.OffsetForLeaderPartition(partition=0, leader_epoch=0)])
+        for n in ("readable", "secret")]), 4)
+    assert per_topic(r, "topics", "topic", "partitions") == {"readable": ErrorCode.NONE, "secret": TAF}
+    r = w.send(m.DescribeProducersRequest(topics=[m.DescribeProducersRequest.TopicRequest(
+        name=n, partition_indexes=[0]) for n in ("readable", "secret")]), 0)
+    assert per_topic(r, "topics", "name", "partitions") == {"readable": ErrorCode.NONE, "secret": TAF}
+    r = w.send(m.DescribeTopicPartitionsRequest(topics=[m.DescribeTopicPartitionsRequest.TopicRequest(name=n)
+                                                        for n in ("readable", "secret")]), 0)
+    assert per_topic(r, "topics", "name", None) == {"readable": ErrorCode.NONE, "secret": TAF}
+    assert [t.name for t in w.send(m.DescribeTopicPartitionsRequest(), 0).topics] == ["readable"]
+    r = w.send(m.CreatePartitionsRequest(topics=[m.CreatePartitionsRequest.CreatePartitionsTopic(
+        name="readable", count=2, assignments=None)], timeout_ms=10000), 3)
+    assert [x.error_code for x in r.results] == [TAF]  # ALTER on the topic
+    r = w.send(m.DeleteRecordsRequest(topics=[m.DeleteRecordsRequest.DeleteRecordsTopic(name="readable", partitions=[
+        m.DeleteRecordsRequest.DeleteRecordsPartition(partition_index=0, offset=0)])], timeout_ms=10000), 2)
+    assert r.topics[0].partitions[0].error_code == TAF  # DELETE on the topic
+    r = w.send(m.DescribeConfigsRequest(resources=[m.DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=2, resource_name="readable", configuration_keys=None)]), 4)
+    assert r.results[0].error_code == TAF  # DESCRIBE_CONFIGS on the topic
+
+    assert w.send(m.ConsumerGroupHeartbeatRequest(group_id="other-group", member_epoch=0, rebalance_timeout_ms=30000,
+                                                  subscribed_topic_names=["readable"], topic_partitions=[]),
+                  0).error_code == GAF
+    assert w.send(m.ConsumerGroupHeartbeatRequest(group_id="alice-group", member_epoch=0, rebalance_timeout_ms=30000,
+                                                  subscribed_topic_names=["readable", "secret"], topic_partitions=[]),
+                  0).error_code == TAF
+
+    assert w.send(m.DescribeTransactionsRequest(transactional_ids=["bob-ok"]), 0).transaction_states[0].error_code == TXN
+    assert w.send(m.ListTransactionsRequest(), 0).transaction_states == []
+    assert w.send(m.AddOffsetsToTxnRequest(transactional_id="t", group_id="alice-group"), 3).error_code == TXN
+    assert w.send(m.EndTxnRequest(transactional_id="t", committed=True), 3).error_code == TXN
+    r = w.send(m.TxnOffsetCommitRequest(transactional_id="t", group_id="alice-group", topics=[
+        m.TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(name="readable", partitions=[
+            m.TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=0)])]), 3)
+    assert r.topics[0].partitions[0].error_code == TXN
+    r = w.send(m.AddPartitionsToTxnRequest(v3_and_below_transactional_id="t", v3_and_below_topics=[
+        m.AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name="readable", partitions=[0])]), 3)
+    assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == TXN
+    r = w.send(m.AddPartitionsToTxnRequest(transactions=[m.AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
+        transactional_id="t", verify_only=True, topics=[])]), 4)
+    assert r.error_code == CAF  # v4+ is the brokers' own (CLUSTER_ACTION)
+
+    r = w.send(m.ElectLeadersRequest(election_type=0, topic_partitions=[m.ElectLeadersRequest.TopicPartitions(
+        topic="readable", partitions=[0])]), 2)
+    assert (r.error_code, r.replica_election_results[0].partition_result[0].error_code) == (CAF, CAF)
+    assert w.send(m.ListPartitionReassignmentsRequest(topics=None), 0).error_code == CAF
+    assert w.send(m.AlterPartitionReassignmentsRequest(topics=[]), 0).error_code == CAF
+    assert w.send(m.DescribeLogDirsRequest(topics=None), 4).error_code == CAF
+    assert w.send(m.DescribeQuorumRequest(topics=[]), 2).error_code == CAF
+    r = w.send(m.WriteTxnMarkersRequest(markers=[m.WriteTxnMarkersRequest.WritableTxnMarker(
+        producer_id=1, producer_epoch=0, transaction_result=True, coordinator_epoch=0,
+        topics=[m.WriteTxnMarkersRequest.WritableTxnMarkerTopic(name="readable", partition_indexes=[0])])]), 1)
+    assert r.markers[0].topics[0].partitions[0].error_code == CAF
+    w.close()
