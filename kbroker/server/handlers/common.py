@@ -1,4 +1,4 @@
-"""Helpers shared by several handlers (topic name rules, endpoints, auto-creation)."""
+"""Helpers shared by several handlers (topic name rules, endpoints, auto-creation, authorization checks)."""
 
 from __future__ import annotations
 
