@@ -1,14 +1,20 @@
-"""Helpers shared by the TLS and SASL tests (compat_tests/test_tls.py, test_sasl.py): a confluent-kafka
-round trip with extra client settings, and a 3-node cluster whose inter-broker traffic goes over an extra
-INTERNAL listener."""
+"""Helpers shared by the TLS, SASL and authorization tests (compat_tests/test_tls.py, test_sasl.py,
+test_authorization.py): a confluent-kafka round trip with extra client settings, a 3-node cluster whose
+inter-broker traffic goes over an extra INTERNAL listener, and a raw connection (``Wire``) for requests the
+clients do not send as such."""
 
 from __future__ import annotations
 
+import socket
+import struct
 import time
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import NewTopic
 
+from kbroker.protocol import codec
+from kbroker.protocol.api_keys import RESPONSES
+from kbroker.protocol.headers import encode_request_header, response_header_version
 from kbroker.testing.cluster import KbrokerCluster
 from kbroker.testing.fault_campaign import Admin
 from kbroker.testing.plugin import free_port
@@ -56,3 +62,50 @@ def replicate_and_read_back(cluster: KbrokerCluster, records: int) -> None:
     produce({"bootstrap.servers": cluster.bootstrap, "topic.metadata.refresh.interval.ms": 1000}, "rep", values)
     admin.wait_isr(3, 60, "rep")
     assert sorted(consume({"bootstrap.servers": cluster.bootstrap}, "rep", len(values))) == sorted(values)
+
+
+class Wire:
+    """A raw connection: the SASL exchange itself, or requests sent as built (``send(message, version)``)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+        self.corr = 0
+
+    def send(self, msg, version: int):  # noqa: ANN001, ANN201
+        key = type(msg).API_KEY
+        self.corr += 1
+        body = encode_request_header(key, version, self.corr, "sasl-test") + codec.encode(msg, version)
+        self.sock.sendall(struct.pack(">i", len(body)) + body)
+        frame = self.frame()
+        pos = 4
+        if response_header_version(key, version) >= 1:
+            pos = codec._skip_tagged(frame, pos)
+        return codec.decode(RESPONSES[key], frame, version, pos)[0]
+
+    def raw(self, token: bytes) -> bytes:
+        self.sock.sendall(struct.pack(">i", len(token)) + token)
+        return self.frame()
+
+    def frame(self) -> bytes:
+        head = self._recv(4)
+        return self._recv(struct.unpack(">i", head)[0])
+
+    def _recv(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            data += chunk
+        return data
+
+    def closed_within(self, seconds: float) -> bool:
+        self.sock.settimeout(seconds)
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionError, OSError):
+            return True
+
+    def close(self) -> None:
+        self.sock.close()

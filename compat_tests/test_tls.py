@@ -192,7 +192,7 @@ def test_pkcs12_stores_and_requested_client_auth(kbroker_factory, ca, ids):
 
 def test_principal_from_the_client_certificate(kbroker_factory, ca, ids):
     """``ssl.principal.mapping.rules`` maps ``CN=alice,OU=eng,O=kbroker-test`` to ``User:ALICE@ENG``; the
-    authorizer (compat_tests/principal_authorizer.py: everything for that principal, DESCRIBE for the rest)
+    authorizer (compat_tests/principal_authorizer.py: everything for that principal, DESCRIBE and READ for the rest)
     then answers each connection's ``authorized_operations`` by its own principal."""
     broker, bootstrap = tls_broker(kbroker_factory, {
         **ids["broker"].pem_properties(), **ca.truststore_properties(), "ssl.client.auth": "requested",
@@ -210,8 +210,8 @@ def test_principal_from_the_client_certificate(kbroker_factory, ca, ids):
         return {op.name for op in td.authorized_operations}
 
     assert AclOperation.WRITE.name in ops(ids["alice"])  # User:ALICE@ENG
-    assert ops(ids["bob"]) == {"DESCRIBE"}  # DEFAULT: User:CN=bob,O=kbroker-test
-    assert ops(None) == {"DESCRIBE"}  # no certificate: User:ANONYMOUS
+    assert ops(ids["bob"]) == {"DESCRIBE", "READ"}  # DEFAULT: User:CN=bob,O=kbroker-test
+    assert ops(None) == {"DESCRIBE", "READ"}  # no certificate: User:ANONYMOUS
 
 
 def test_a_certificate_no_rule_maps_is_refused(kbroker_factory, ca, ids):

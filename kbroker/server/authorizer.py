@@ -7,18 +7,24 @@ of those the caller may perform. With no authorizer (``authorizer.class.name`` e
 supported operation is allowed, as in Kafka. With one, each supported operation is asked of it, and ``ALL`` /
 ``ANY`` are never listed.
 
-An authorizer is any class with ``authorize(principal, operation, resource_type, resource_name) -> bool``,
-named by its dotted Python path in ``authorizer.class.name`` and built with the broker's properties
-(``cls(props)`` if it takes them, else ``cls()``). kbroker's own ACL authorizer comes with the security work;
-until then a plugged-in class decides. The principal is ``User:ANONYMOUS`` unless the connection came with a TLS
-client certificate (``ssl.principal.mapping.rules`` of the listener).
+An authorizer is any class with ``authorize(principal, operation, resource_type, resource_name, host) -> bool``
+(principal ``"User:alice"``, operation an ``AclOperation``, resource type a ``ResourceType``, the resource's name
+(``kafka-cluster`` for the cluster), host the client's IP address as a string, ``""`` when unknown), named by
+its dotted Python path in ``authorizer.class.name`` and built with the broker's properties (``cls(props)`` if it
+takes them, else ``cls()``). It may also have ``authorize_by_resource_type(principal, operation, resource_type,
+host) -> bool`` (Kafka's ``Authorizer.authorizeByResourceType``: may the principal perform the operation on some
+resource of the type; InitProducerId without a transactional id asks it for WRITE on topics, KIP-679); without
+it :func:`authorize_any` asks ``authorize`` of each existing resource. The principal is ``User:ANONYMOUS``
+unless the connection came with a TLS client certificate (``ssl.principal.mapping.rules`` of the listener) or
+authenticated with SASL. What each request needs is checked by the handlers (``handlers/common.authorize``),
+as Kafka's ``KafkaApis`` / ``ControllerApis`` do.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any, Mapping, Protocol
+from typing import Any, Iterable, Mapping, Protocol
 
 from kbroker.security.acl import AclOperation, ResourceType  # Kafka's codes, re-exported for the handlers
 
@@ -85,6 +91,17 @@ def authorized_operations(authorizer: Authorizer | None, principal: str, resourc
         if authorizer is None or authorizer.authorize(principal, op, resource_type, resource_name, host):
             bits |= 1 << int(op)
     return bits
+
+
+def authorize_any(authorizer: Authorizer, principal: str, operation: AclOperation, resource_type: ResourceType,
+                  host: str, names: Iterable[str]) -> bool:
+    """Whether ``principal`` may perform ``operation`` on some resource of ``resource_type`` (Kafka's
+    ``authorizeByResourceType``): the authorizer's own ``authorize_by_resource_type`` when it has one, else
+    ``authorize`` asked of each of ``names`` (the existing resources) until one is allowed."""
+    by_type = getattr(authorizer, "authorize_by_resource_type", None)
+    if by_type is not None:
+        return bool(by_type(principal, operation, resource_type, host))
+    return any(authorizer.authorize(principal, operation, resource_type, name, host) for name in names)
 
 
 def operations_of(bits: int) -> list[AclOperation]:

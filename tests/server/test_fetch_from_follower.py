@@ -63,7 +63,7 @@ def _replica(tmp_path, local_id: int, selector: str = ""):
                              None, parts, timeout, appends))  # type: ignore[arg-type]
     broker = SimpleNamespace(controller=SimpleNamespace(image=_image()), replica_manager=rm, metadata_quorum=None,
                              replication_quotas=SimpleNamespace(leader=None), node_id=part.local_id,
-                             advertised_listener=lambda name: None)
+                             advertised_listener=lambda name: None, authorizer=None)
     return SimpleNamespace(broker=broker, api_version=17, listener_name="PLAINTEXT"), part
 
 

@@ -150,7 +150,8 @@ def leader(tmp_path):
     topic = TopicImage("t", TOPIC_ID, {0: PartitionImage(0, (1, 2, 3), (1, 2), 1, 1, 1)})
     image = MetadataImage(cluster_id="c", topics_by_name={"t": topic}, topics_by_id={TOPIC_ID: topic})
     rm = SimpleNamespace(get_partition=lambda t, p: part, maybe_expand_isr=lambda part, r: None)
-    ctx = SimpleNamespace(broker=SimpleNamespace(controller=SimpleNamespace(image=image), replica_manager=rm))
+    ctx = SimpleNamespace(broker=SimpleNamespace(controller=SimpleNamespace(image=image), replica_manager=rm,
+                                                 authorizer=None))
     yield ctx, part
     plog.close()
 

@@ -15,6 +15,8 @@ from kbroker.coordinator.group.config import OFFSETS_TOPIC
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import AddOffsetsToTxnRequest, AddOffsetsToTxnResponse
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 
 API_KEY = ApiKey.ADD_OFFSETS_TO_TXN
 VERSIONS = range(0, 5)
@@ -23,6 +25,11 @@ VERSIONS = range(0, 5)
 async def handle(ctx, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     if not request.transactional_id:
         return AddOffsetsToTxnResponse(error_code=ErrorCode.INVALID_REQUEST)
+    if ctx.broker.authorizer is not None:
+        if not common.authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+            return AddOffsetsToTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not common.authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+            return AddOffsetsToTxnResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     gc = ctx.broker.group_coordinator
     error = gc.ensure_offsets_topic()
     if not error:

@@ -21,6 +21,8 @@ from __future__ import annotations
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse as R
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 
 API_KEY = ApiKey.ADD_PARTITIONS_TO_TXN
 VERSIONS = range(0, 6)
@@ -41,6 +43,19 @@ async def add_or_verify(ctx, transactional_id: str, producer_id: int, producer_e
     partitions = list(dict.fromkeys((t.name, p) for t in topics for p in t.partitions))
     if not transactional_id:
         return _results(partitions, {tp: ErrorCode.INVALID_REQUEST for tp in partitions})
+    if version < 4 and ctx.broker.authorizer is not None:
+        # a client's request (v4+ come from brokers, authorized with CLUSTER_ACTION in handle()): WRITE on the
+        # transactional id, then on each topic; internal topics are never authorized here, as in Kafka
+        if not common.authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return _results(partitions, {tp: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED for tp in partitions})
+        writable = common.authorized_names(ctx, AclOperation.WRITE, ResourceType.TOPIC,
+                                           [t for t, _ in partitions if not common.is_internal_topic(t)])
+        if any(t not in writable for t, _ in partitions):
+            return _results(partitions, {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] not in writable
+                                         else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                                         if tp[0] not in image.topics_by_name
+                                         or tp[1] not in image.topics_by_name[tp[0]].partitions
+                                         else ErrorCode.OPERATION_NOT_ATTEMPTED for tp in partitions})
     unknown = {tp for tp in partitions
                if tp[0] not in image.topics_by_name or tp[1] not in image.topics_by_name[tp[0]].partitions}
     if unknown:
@@ -65,6 +80,8 @@ async def handle(ctx, request: AddPartitionsToTxnRequest) -> R:
         return R(results_by_topic_v3_and_below=await add_or_verify(
             ctx, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
             request.v3_and_below_producer_epoch, request.v3_and_below_topics, False, version))
+    if ctx.broker.authorizer is not None and not common.cluster_authorized(ctx, AclOperation.CLUSTER_ACTION):
+        return R(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)  # v4+ come from other brokers
     resp = R()
     for txn in request.transactions:
         resp.results_by_transaction.append(R.AddPartitionsToTxnResult(

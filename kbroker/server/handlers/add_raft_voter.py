@@ -20,6 +20,13 @@ VERSIONS = range(0, 2)
 
 
 async def handle(ctx, request: AddRaftVoterRequest) -> AddRaftVoterResponse:
+    from kbroker.protocol.errors import ErrorCode
+    from kbroker.server.authorizer import AclOperation
+    from kbroker.server.handlers.common import CLUSTER_DENIED_MESSAGE, cluster_denied
+
+    if cluster_denied(ctx, AclOperation.ALTER):  # as Kafka's ControllerApis
+        return AddRaftVoterResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=CLUSTER_DENIED_MESSAGE)
+
     async def change(quorum) -> None:  # noqa: ANN001
         listeners = [(lst.name, lst.host, lst.port) for lst in request.listeners]
         await quorum.add_voter(request.voter_id, bytes(request.voter_directory_id), listeners,

@@ -21,6 +21,12 @@ async def handle(ctx, request: AllocateProducerIdsRequest) -> AllocateProducerId
     broker = ctx.broker
     controller = broker.controller
     resp = AllocateProducerIdsResponse()
+    from kbroker.server.authorizer import AclOperation
+    from kbroker.server.handlers.common import cluster_denied
+
+    if cluster_denied(ctx, AclOperation.CLUSTER_ACTION):  # as Kafka's ControllerApis
+        resp.error_code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return resp
     try:
         if not controller.is_active:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, f"node {broker.node_id} is not the active controller")

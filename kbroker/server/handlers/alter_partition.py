@@ -22,6 +22,11 @@ LISTENERS = ("controller",)
 
 
 async def handle(ctx, request: AlterPartitionRequest) -> R:
+    from kbroker.server.authorizer import AclOperation
+    from kbroker.server.handlers.common import cluster_denied
+
+    if cluster_denied(ctx, AclOperation.CLUSTER_ACTION):  # as Kafka's ControllerApis
+        return R(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     return await alter_partition(ctx.broker, request, ctx.api_version)
 
 

@@ -25,6 +25,16 @@ async def handle(ctx, request: AlterPartitionReassignmentsRequest) -> R:
     from kbroker.protocol.errors import KafkaError
     from kbroker.server.handlers import common
 
+    from kbroker.protocol.errors import ErrorCode
+    from kbroker.server.authorizer import AclOperation
+
+    if common.cluster_denied(ctx, AclOperation.ALTER):  # as Kafka: the top level and every partition
+        code, msg = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, common.CLUSTER_DENIED_MESSAGE
+        return R(allow_replication_factor_change=request.allow_replication_factor_change if ctx.api_version >= 1
+                 else True, error_code=code, error_message=msg, responses=[
+                     R.ReassignableTopicResponse(name=t.name, partitions=[R.ReassignablePartitionResponse(
+                         partition_index=p.partition_index, error_code=code, error_message=msg)
+                         for p in t.partitions]) for t in request.topics])
     if (forwarded := await common.maybe_forward(ctx, request)) is not None:
         return forwarded  # a standby in a cluster: the active controller answered
     topics = [(t.name, [(p.partition_index, None if p.replicas is None else list(p.replicas)) for p in t.partitions])

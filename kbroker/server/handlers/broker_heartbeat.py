@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 
 from kbroker.protocol.api_keys import ApiKey
-from kbroker.protocol.errors import KafkaError
+from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import BrokerHeartbeatRequest, BrokerHeartbeatResponse
 
 API_KEY = ApiKey.BROKER_HEARTBEAT
@@ -26,6 +26,12 @@ LISTENERS = ("controller",)
 async def handle(ctx, request: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
     broker = ctx.broker
     resp = BrokerHeartbeatResponse(is_caught_up=True, is_fenced=True)
+    from kbroker.server.authorizer import AclOperation
+    from kbroker.server.handlers.common import cluster_denied
+
+    if cluster_denied(ctx, AclOperation.CLUSTER_ACTION):  # as Kafka's ControllerApis
+        resp.error_code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return resp
     try:
         before = broker.controller.last_appended_offset
         if request.want_shut_down:  # controlled shutdown: fenced, its leaderships moved, then it may go

@@ -26,6 +26,12 @@ async def handle(ctx, request: BrokerRegistrationRequest) -> BrokerRegistrationR
     controller = broker.controller
     quorum = broker.metadata_quorum
     resp = BrokerRegistrationResponse(broker_epoch=-1)
+    from kbroker.server.authorizer import AclOperation
+    from kbroker.server.handlers.common import cluster_denied
+
+    if cluster_denied(ctx, AclOperation.CLUSTER_ACTION):  # as Kafka's ControllerApis
+        resp.error_code = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return resp
     try:
         if request.cluster_id != controller.cluster_id:
             raise KafkaError(ErrorCode.INCONSISTENT_CLUSTER_ID,

@@ -1,4 +1,4 @@
-"""Helpers shared by several handlers (topic name rules, endpoints, auto-creation)."""
+"""Helpers shared by several handlers (topic name rules, endpoints, auto-creation, authorization checks)."""
 
 from __future__ import annotations
 
@@ -103,38 +103,129 @@ def error_message(code: int) -> str | None:
     return None if code == ErrorCode.NONE else ErrorCode(code).name
 
 
+def client_host(ctx) -> str:  # noqa: ANN001
+    """The client's IP address as a string (``""`` when unknown): the ``host`` an authorizer is asked with."""
+    peer = getattr(ctx.connection, "peer", None)
+    return str(peer[0]) if peer else ""
+
+
+def principal_of(ctx) -> str:  # noqa: ANN001
+    from kbroker.server.authorizer import ANONYMOUS
+
+    return getattr(ctx.connection, "principal", ANONYMOUS)
+
+
 def authorized_ops(ctx, resource_type: int, name: str, requested: bool) -> int:
     """``*_authorized_operations`` for a response: the caller's operations on the resource when the request
     asked for them, INT32_MIN otherwise (``kbroker.server.authorizer``)."""
-    from kbroker.server.authorizer import ANONYMOUS, NOT_REQUESTED, ResourceType, authorized_operations
+    from kbroker.server.authorizer import NOT_REQUESTED, ResourceType, authorized_operations
 
     if not requested:
         return NOT_REQUESTED
-    principal = getattr(ctx.connection, "principal", ANONYMOUS)
-    peer = getattr(ctx.connection, "peer", None)
-    return authorized_operations(ctx.broker.authorizer, principal, ResourceType(resource_type), name,
-                                 str(peer[0]) if peer else "")
+    return authorized_operations(ctx.broker.authorizer, principal_of(ctx), ResourceType(resource_type), name,
+                                 client_host(ctx))
+
+
+def _forwarded_by_node(ctx, authorizer) -> bool:  # noqa: ANN001
+    """A request another node forwarded to the active controller (client id ``kbroker-forward-<id>``) was
+    authorized there with the client's principal; it passes here when the forwarding node's principal has
+    CLUSTER_ACTION, which is what Kafka's controller asks of the sender of an EnvelopeRequest."""
+    from kbroker.server.authorizer import CLUSTER_NAME, AclOperation, ResourceType
+    from kbroker.server.metadata_quorum import FORWARDED_PREFIX
+
+    return ctx.client_id.startswith(FORWARDED_PREFIX) and authorizer.authorize(
+        principal_of(ctx), AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, client_host(ctx))
+
+
+def authorize(ctx, operation: int, resource_type: int, name: str) -> bool:  # noqa: ANN001
+    """Whether the caller may perform ``operation`` (an ``AclOperation`` code) on the resource (``ResourceType``
+    code, name; ``kafka-cluster`` for the cluster), asked of ``authorizer.class.name`` with the connection's
+    principal and the client's IP address. Always true without an authorizer, as in Kafka. A request forwarded
+    by another node passes when that node's principal has CLUSTER_ACTION (:func:`_forwarded_by_node`)."""
+    authorizer = ctx.broker.authorizer
+    if authorizer is None:
+        return True
+    from kbroker.server.authorizer import AclOperation, ResourceType
+
+    if authorizer.authorize(principal_of(ctx), AclOperation(operation), ResourceType(resource_type), name,
+                            client_host(ctx)):
+        return True
+    return _forwarded_by_node(ctx, authorizer)
+
+
+def authorized_names(ctx, operation: int, resource_type: int, names) -> set[str]:  # noqa: ANN001
+    """The names among ``names`` on which the caller may perform ``operation`` (Kafka's ``filterByAuthorized``;
+    each distinct name is asked once). Without an authorizer: all of them."""
+    wanted = set(names)
+    authorizer = ctx.broker.authorizer
+    if authorizer is None or not wanted:
+        return wanted
+    from kbroker.server.authorizer import AclOperation, ResourceType
+
+    principal, host = principal_of(ctx), client_host(ctx)
+    op, rtype = AclOperation(operation), ResourceType(resource_type)
+    allowed = {n for n in wanted if authorizer.authorize(principal, op, rtype, n, host)}
+    if len(allowed) < len(wanted) and _forwarded_by_node(ctx, authorizer):
+        return wanted
+    return allowed
+
+
+#: Kafka's messages of the authorization errors (``Errors.*.message()``)
+AUTHORIZATION_MESSAGES = {
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "Topic authorization failed.",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "Cluster authorization failed.",
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "Transactional Id authorization failed.",
+}
+
+#: config resource type (DescribeConfigs / AlterConfigs codes) -> (ACL resource type, error when denied); the
+#: cluster stands for BROKER (4), BROKER_LOGGER (8) and CLIENT_METRICS (16), as in Kafka's ConfigHelper /
+#: ControllerApis
+_CONFIG_RESOURCES = {2: (2, ErrorCode.TOPIC_AUTHORIZATION_FAILED), 4: (4, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+                     8: (4, ErrorCode.CLUSTER_AUTHORIZATION_FAILED), 16: (4, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+                     32: (3, ErrorCode.GROUP_AUTHORIZATION_FAILED)}
+
+
+def config_resource_denied(ctx, operation: int, config_resource_type: int, name: str) -> int:  # noqa: ANN001
+    """The authorization error for DESCRIBE_CONFIGS / ALTER_CONFIGS (``operation``) on a config resource (its
+    DescribeConfigs resource type code and name): NONE when allowed (or the type is unknown: the handler answers
+    that), else TOPIC_/CLUSTER_/GROUP_AUTHORIZATION_FAILED."""
+    from kbroker.server.authorizer import CLUSTER_NAME
+
+    kind = _CONFIG_RESOURCES.get(config_resource_type)
+    if kind is None or ctx.broker.authorizer is None:
+        return ErrorCode.NONE
+    rtype, error = kind
+    return ErrorCode.NONE if authorize(ctx, operation, rtype, CLUSTER_NAME if rtype == 4 else name) else error
 
 
 def cluster_authorized(ctx, operation: int) -> bool:  # noqa: ANN001
     """Whether the caller may perform ``operation`` (an ``AclOperation`` code) on the CLUSTER resource
-    (``kafka-cluster``), asked of ``authorizer.class.name`` with the connection's principal (always true without an
-    authorizer, as in Kafka). A request another node forwarded to the active controller (client id
-    ``kbroker-forward-<id>``) was authorized there with the client's principal; here the forwarding node's principal
-    may also pass with CLUSTER_ACTION, which is what Kafka's controller asks of the sender of a forwarded request."""
-    from kbroker.server.authorizer import ANONYMOUS, CLUSTER_NAME, AclOperation, ResourceType
-    from kbroker.server.metadata_quorum import FORWARDED_PREFIX
+    (``kafka-cluster``): :func:`authorize` on the cluster."""
+    from kbroker.server.authorizer import CLUSTER_NAME
 
+    return authorize(ctx, operation, 4, CLUSTER_NAME)
+
+
+def cluster_denied(ctx, operation: int) -> bool:  # noqa: ANN001
+    """True when an authorizer refuses ``operation`` on the cluster to the caller (the handler then answers
+    CLUSTER_AUTHORIZATION_FAILED); False at once without an authorizer."""
+    return ctx.broker.authorizer is not None and not cluster_authorized(ctx, operation)
+
+
+CLUSTER_DENIED_MESSAGE = "Cluster authorization failed."
+
+
+def authorize_any_topic(ctx, operation: int) -> bool:  # noqa: ANN001
+    """Whether the caller may perform ``operation`` on some topic (Kafka's ``authorizeByResourceType``, asked by
+    InitProducerId without a transactional id; :func:`kbroker.server.authorizer.authorize_any`)."""
     authorizer = ctx.broker.authorizer
     if authorizer is None:
         return True
-    principal = getattr(ctx.connection, "principal", ANONYMOUS)
-    peer = getattr(ctx.connection, "peer", None)
-    host = str(peer[0]) if peer else ""
-    if authorizer.authorize(principal, AclOperation(operation), ResourceType.CLUSTER, CLUSTER_NAME, host):
-        return True
-    return ctx.client_id.startswith(FORWARDED_PREFIX) and authorizer.authorize(
-        principal, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, host)
+    from kbroker.server.authorizer import AclOperation, ResourceType, authorize_any
+
+    return authorize_any(authorizer, principal_of(ctx), AclOperation(operation), ResourceType.TOPIC,
+                         client_host(ctx), ctx.broker.controller.image.topics_by_name)
 
 
 async def metadata_committed(broker) -> tuple[int, str | None]:
@@ -182,6 +273,21 @@ async def forward_to_controller(ctx, request):  # noqa: ANN001, ANN201
     if quorum is None or broker.controller.is_active or ctx.client_id.startswith(FORWARDED_PREFIX):
         return None
     return await quorum.forward(ctx.header.api_key, ctx.api_version, request, ctx.listener_name)
+
+
+async def answer_refused(ctx, request, field: str, out_field: str, refused: dict, run, empty):  # noqa: ANN001, ANN201
+    """Answer a request whose items (``request.<field>``) were authorized here, before any forwarding: ``run(ctx,
+    request)`` (which may forward to the active controller) sees only the items not ``refused`` (index -> that
+    item's response entry), and the refused entries go back into ``response.<out_field>`` in request order.
+    ``run`` must answer one entry per item, in order; ``empty()`` is the response when every item is refused."""
+    if not refused:
+        return await run(ctx, request)
+    items = list(getattr(request, field))
+    setattr(request, field, [x for i, x in enumerate(items) if i not in refused])
+    resp = await run(ctx, request) if len(refused) < len(items) else empty()
+    answered = iter(getattr(resp, out_field))
+    setattr(resp, out_field, [refused[i] if i in refused else next(answered) for i in range(len(items))])
+    return resp
 
 
 async def maybe_forward(ctx, request):  # noqa: ANN001, ANN201

@@ -14,7 +14,10 @@ member id joining gets one from the coordinator).
 from __future__ import annotations
 
 from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 from kbroker.server.handlers.join_group import request_meta
 
 API_KEY = ApiKey.CONSUMER_GROUP_HEARTBEAT
@@ -24,4 +27,11 @@ VERSIONS = range(0, 2)
 async def handle(ctx, request: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
     if ctx.api_version < 1:
         request.subscribed_topic_regex = None
+    if ctx.broker.authorizer is not None:
+        if not common.authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+            return ConsumerGroupHeartbeatResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+        topics = request.subscribed_topic_names or []
+        if topics and len(common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, topics)) \
+                < len(set(topics)):
+            return ConsumerGroupHeartbeatResponse(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
     return ctx.broker.group_coordinator.consumer_group_heartbeat(request_meta(ctx), request)

@@ -20,6 +20,26 @@ VERSIONS = range(0, 4)
 
 
 async def handle(ctx, request: CreatePartitionsRequest) -> R:
+    """ALTER on each topic (else TOPIC_AUTHORIZATION_FAILED), checked on the node the client sent it to, before
+    any forwarding, as Kafka."""
+    if ctx.broker.authorizer is None:
+        return await _create(ctx, request)
+    from kbroker.protocol.errors import ErrorCode
+    from kbroker.server.authorizer import AclOperation, ResourceType
+    from kbroker.server.handlers import common
+
+    names = list(dict.fromkeys(t.name for t in request.topics))
+    allowed = common.authorized_names(ctx, AclOperation.ALTER, ResourceType.TOPIC, names)
+    if len(allowed) == len(names):
+        return await _create(ctx, request)
+    request.topics = [t for t in request.topics if t.name in allowed]
+    answered = {r.name: r for r in (await _create(ctx, request)).results} if request.topics else {}
+    return R(results=[answered[n] if n in answered else R.CreatePartitionsTopicResult(
+        name=n, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        error_message=common.AUTHORIZATION_MESSAGES[ErrorCode.TOPIC_AUTHORIZATION_FAILED]) for n in names])
+
+
+async def _create(ctx, request: CreatePartitionsRequest) -> R:
     from kbroker.server.handlers.common import maybe_forward
 
     if (forwarded := await maybe_forward(ctx, request)) is not None:

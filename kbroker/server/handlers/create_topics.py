@@ -100,6 +100,34 @@ async def create_in_slices(ctx, specs, validate_only: bool) -> dict:
 
 
 async def handle(ctx, request: CreateTopicsRequest) -> R:
+    """As Kafka's ControllerApis: CREATE on the cluster, else on each topic (TOPIC_AUTHORIZATION_FAILED); the
+    configs of a created topic the caller may not DESCRIBE_CONFIGS are left out (``topic_config_error_code``
+    TOPIC_AUTHORIZATION_FAILED). Checked on the node the client sent it to, before any forwarding."""
+    if ctx.broker.authorizer is None:
+        return await _create(ctx, request)
+    from kbroker.server.authorizer import AclOperation, ResourceType
+
+    counts = Counter(t.name for t in request.topics)
+    refused = {}
+    if not common.cluster_authorized(ctx, AclOperation.CREATE):
+        single = [t.name for t in request.topics if counts[t.name] == 1 and t.name != "__cluster_metadata"]
+        creatable = common.authorized_names(ctx, AclOperation.CREATE, ResourceType.TOPIC, single)
+        refused = {i: R.CreatableTopicResult(name=t.name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                             error_message="Authorization failed.", num_partitions=-1,
+                                             replication_factor=-1, configs=None)
+                   for i, t in enumerate(request.topics) if t.name in single and t.name not in creatable}
+    resp = await common.answer_refused(ctx, request, "topics", "topics", refused, _create, R)
+    created = [t for t in resp.topics if t.error_code == ErrorCode.NONE]
+    describable = common.authorized_names(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC,
+                                          [t.name for t in created])
+    for t in created:
+        if t.name not in describable:
+            t.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            t.configs = []
+    return resp
+
+
+async def _create(ctx, request: CreateTopicsRequest) -> R:
     from kbroker.server.handlers.common import maybe_forward
 
     if (forwarded := await maybe_forward(ctx, request)) is not None:

@@ -9,11 +9,23 @@ Version notes: v2: flexible.
 from __future__ import annotations
 
 from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import DeleteGroupsRequest, DeleteGroupsResponse
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 
 API_KEY = ApiKey.DELETE_GROUPS
 VERSIONS = range(0, 3)
 
 
 async def handle(ctx, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
-    return DeleteGroupsResponse(results=ctx.broker.group_coordinator.delete_groups(list(request.groups_names)))
+    names = list(request.groups_names)
+    if ctx.broker.authorizer is None:
+        return DeleteGroupsResponse(results=ctx.broker.group_coordinator.delete_groups(names))
+    allowed = common.authorized_names(ctx, AclOperation.DELETE, ResourceType.GROUP, names)
+    results = ctx.broker.group_coordinator.delete_groups([n for n in names if n in allowed])
+    denied = list(dict.fromkeys(n for n in names if n not in allowed))
+    results.extend(DeleteGroupsResponse.DeletableGroupResult(group_id=n,
+                                                             error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+                   for n in denied)
+    return DeleteGroupsResponse(results=results)

@@ -20,6 +20,8 @@ import logging
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import DeleteRecordsRequest, DeleteRecordsResponse as R
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,9 @@ async def handle(ctx, request: DeleteRecordsRequest) -> R:
     rm = ctx.broker.replica_manager
     resp = R()
     moved = False
+    allowed = None  # the topics the caller may DELETE records of (None: no authorizer)
+    if ctx.broker.authorizer is not None:
+        allowed = common.authorized_names(ctx, AclOperation.DELETE, ResourceType.TOPIC, [t.name for t in request.topics])
     for t in request.topics:
         out_t = R.DeleteRecordsTopicResult(name=t.name)
         resp.topics.append(out_t)
@@ -40,6 +45,8 @@ async def handle(ctx, request: DeleteRecordsRequest) -> R:
             out = R.DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1)
             out_t.partitions.append(out)
             try:
+                if allowed is not None and t.name not in allowed:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 part = rm.get_leader_partition(t.name, p.partition_index)
                 plog = part.log
                 if not plog.config.delete:

@@ -20,6 +20,43 @@ VERSIONS = range(1, 7)
 
 
 async def handle(ctx, request: DeleteTopicsRequest) -> R:
+    """As Kafka's ControllerApis: DELETE on the cluster, else DESCRIBE and DELETE on each topic. A name the caller
+    may not DESCRIBE, or an existing topic it may not DELETE, is TOPIC_AUTHORIZATION_FAILED (a topic asked by id
+    that it may not DESCRIBE without its name); a describable name that does not exist is
+    UNKNOWN_TOPIC_OR_PARTITION. Checked on the node the client sent it to, before any forwarding."""
+    if ctx.broker.authorizer is None or common.cluster_authorized(ctx, 6):  # AclOperation.DELETE
+        return await _delete(ctx, request)
+    from kbroker.server.authorizer import AclOperation, ResourceType
+
+    image = ctx.broker.controller.image
+    field = "topics" if ctx.api_version >= 6 else "topic_names"
+    items = list(getattr(request, field))
+    resolved = []  # (name or None when an unknown id, topic id or None when asked by name)
+    for item in items:
+        if ctx.api_version >= 6 and item.topic_id != ZERO_UUID:
+            topic = image.topics_by_id.get(item.topic_id)
+            resolved.append((topic.name if topic is not None else None, item.topic_id))
+        else:
+            resolved.append((item.name if ctx.api_version >= 6 else item, None))
+    names = [n for n, _ in resolved if n is not None]
+    describable = common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+    deletable = common.authorized_names(ctx, AclOperation.DELETE, ResourceType.TOPIC, names)
+    refused = {}
+    for i, (name, topic_id) in enumerate(resolved):
+        if name is None or name in deletable:
+            continue
+        if topic_id is not None:  # asked by id: the name only when the caller may describe the topic
+            refused[i] = (name if name in describable else None, topic_id)
+        elif name not in describable or name in image.topics_by_name:
+            refused[i] = (name, ZERO_UUID)
+    entries = {i: R.DeletableTopicResult(name=name, topic_id=topic_id, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                         error_message=(common.AUTHORIZATION_MESSAGES[ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+                                                        if ctx.api_version >= 5 else None))
+               for i, (name, topic_id) in refused.items()}
+    return await common.answer_refused(ctx, request, field, "responses", entries, _delete, R)
+
+
+async def _delete(ctx, request: DeleteTopicsRequest) -> R:
     from kbroker.server.handlers.common import maybe_forward
 
     if (forwarded := await maybe_forward(ctx, request)) is not None:

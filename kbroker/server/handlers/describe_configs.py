@@ -29,6 +29,8 @@ from kbroker.controller.topic_configs import TOPIC_CONFIG_KEYS
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse as R
+from kbroker.server.authorizer import AclOperation
+from kbroker.server.handlers import common
 from kbroker.storage.config import BROKER_TO_TOPIC_KEYS
 
 API_KEY = ApiKey.DESCRIBE_CONFIGS
@@ -166,9 +168,14 @@ def _broker_entries(ctx, per_broker: bool, keys, synonyms: bool) -> list[R.Descr
 async def handle(ctx, request: DescribeConfigsRequest) -> R:
     image = ctx.broker.controller.image
     resp = R()
+    check = ctx.broker.authorizer is not None
     for res in request.resources:
         result = R.DescribeConfigsResult(resource_type=res.resource_type, resource_name=res.resource_name)
         resp.results.append(result)
+        if check and (denied := common.config_resource_denied(ctx, AclOperation.DESCRIBE_CONFIGS,
+                                                              res.resource_type, res.resource_name)):
+            result.error_code, result.error_message = denied, common.AUTHORIZATION_MESSAGES[denied]
+            continue
         keys = set(res.configuration_keys) if res.configuration_keys else None
         if res.resource_type == TOPIC:
             if res.resource_name not in image.topics_by_name:

@@ -24,6 +24,11 @@ VERSIONS = range(1, 6)
 
 
 async def handle(ctx, request: DescribeLogDirsRequest) -> R:
+    from kbroker.server.authorizer import AclOperation
+    from kbroker.server.handlers.common import cluster_denied
+
+    if cluster_denied(ctx, AclOperation.DESCRIBE):  # as Kafka: no results (and the error from v3)
+        return R(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     lm = ctx.broker.log_manager
     wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
     by_dir: dict[str, dict[str, list[R.DescribeLogDirsPartition]]] = {}

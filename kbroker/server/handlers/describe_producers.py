@@ -11,6 +11,8 @@ from __future__ import annotations
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import DescribeProducersRequest, DescribeProducersResponse as R
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 
 API_KEY = ApiKey.DESCRIBE_PRODUCERS
 VERSIONS = range(0, 1)
@@ -19,6 +21,9 @@ VERSIONS = range(0, 1)
 async def handle(ctx, request: DescribeProducersRequest) -> R:
     rm = ctx.broker.replica_manager
     resp = R()
+    allowed = None  # the topics the caller may READ (None: no authorizer)
+    if ctx.broker.authorizer is not None:
+        allowed = common.authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, [t.name for t in request.topics])
     for t in request.topics:
         out = R.TopicResponse(name=t.name)
         resp.topics.append(out)
@@ -26,6 +31,8 @@ async def handle(ctx, request: DescribeProducersRequest) -> R:
             pr = R.PartitionResponse(partition_index=index)
             out.partitions.append(pr)
             try:
+                if allowed is not None and t.name not in allowed:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 part = rm.get_leader_partition(t.name, index)
             except KafkaError as exc:
                 pr.error_code = exc.code

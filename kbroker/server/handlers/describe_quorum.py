@@ -58,6 +58,11 @@ def _metadata_directory_id(controller) -> bytes:
 
 
 async def handle(ctx, request: DescribeQuorumRequest) -> DescribeQuorumResponse:
+    from kbroker.server.authorizer import AclOperation
+
+    if common.cluster_denied(ctx, AclOperation.DESCRIBE):  # as Kafka
+        return DescribeQuorumResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                      error_message=common.CLUSTER_DENIED_MESSAGE if ctx.api_version >= 2 else "")
     quorum = ctx.broker.metadata_quorum
     if quorum is not None and not (quorum.client is not None and quorum.client.is_leader):
         forwarded = await common.maybe_forward(ctx, request)  # as Kafka's brokers forward it to the controller

@@ -2,7 +2,8 @@
 
 Behavior: the requested topics (all topics when the list is empty), sorted by name, with their partitions
 starting at ``Cursor``; at most ``ResponsePartitionLimit`` partitions in total, and ``NextCursor`` names
-where to continue. Unknown topics get UNKNOWN_TOPIC_OR_PARTITION. No eligible leader replicas (ELR) yet:
+where to continue. Unknown topics get UNKNOWN_TOPIC_OR_PARTITION. With an authorizer, topics the caller may not
+DESCRIBE are left out of an all-topics answer and TOPIC_AUTHORIZATION_FAILED when named (as Metadata). No eligible leader replicas (ELR) yet:
 empty lists. ``TopicAuthorizedOperations`` is always filled (the request has no flag, as in Kafka): the
 caller's operations on the topic (``kbroker.server.authorizer``).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse as R
+from kbroker.server.authorizer import AclOperation, ResourceType
 from kbroker.server.handlers import common
 
 API_KEY = ApiKey.DESCRIBE_TOPIC_PARTITIONS
@@ -24,10 +26,22 @@ async def handle(ctx, request: DescribeTopicPartitionsRequest) -> R:
     cursor = request.cursor
     if cursor is not None:
         names = [n for n in names if n >= cursor.topic_name]
+    denied: set[str] = set()
+    if ctx.broker.authorizer is not None:  # as Metadata: all topics -> left out; named -> TOPIC_AUTHORIZATION_FAILED
+        allowed = common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+        if request.topics:
+            denied = {n for n in names if n not in allowed}
+        else:
+            names = [n for n in names if n in allowed]
     limit = request.response_partition_limit if request.response_partition_limit > 0 else 2000
     resp = R()
     budget = limit
     for name in names:
+        if name in denied:
+            resp.topics.append(R.DescribeTopicPartitionsResponseTopic(
+                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name,
+                topic_authorized_operations=-2147483648))
+            continue
         topic = image.topics_by_name.get(name)
         if topic is None:
             resp.topics.append(R.DescribeTopicPartitionsResponseTopic(

@@ -13,7 +13,7 @@ Version notes: v1 ElectionType and top-level ErrorCode; v2 flexible.
 from __future__ import annotations
 
 from kbroker.protocol.api_keys import ApiKey
-from kbroker.protocol.errors import KafkaError
+from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import ElectLeadersRequest, ElectLeadersResponse as R
 
 API_KEY = ApiKey.ELECT_LEADERS
@@ -21,8 +21,15 @@ VERSIONS = range(0, 3)
 
 
 async def handle(ctx, request: ElectLeadersRequest) -> R:
+    from kbroker.server.authorizer import AclOperation
     from kbroker.server.handlers import common
 
+    if common.cluster_denied(ctx, AclOperation.ALTER):  # as Kafka: the top level and every partition named
+        code, msg = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, common.CLUSTER_DENIED_MESSAGE
+        return R(error_code=code, replica_election_results=[
+            R.ReplicaElectionResult(topic=t.topic, partition_result=[
+                R.PartitionResult(partition_id=p, error_code=code, error_message=msg) for p in t.partitions])
+            for t in request.topic_partitions or []])
     if (forwarded := await common.maybe_forward(ctx, request)) is not None:
         return forwarded  # a standby in a cluster: the active controller answered
     wanted = None if request.topic_partitions is None else [(t.topic, list(t.partitions))

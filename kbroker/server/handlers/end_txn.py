@@ -19,6 +19,8 @@ from __future__ import annotations
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import EndTxnRequest, EndTxnResponse
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 
 API_KEY = ApiKey.END_TXN
 VERSIONS = range(0, 5)
@@ -27,6 +29,10 @@ VERSIONS = range(0, 5)
 async def handle(ctx, request: EndTxnRequest) -> EndTxnResponse:
     if not request.transactional_id:
         return EndTxnResponse(error_code=ErrorCode.INVALID_REQUEST)
+    if ctx.broker.authorizer is not None and not common.authorize(ctx, AclOperation.WRITE,
+                                                                  ResourceType.TRANSACTIONAL_ID,
+                                                                  request.transactional_id):
+        return EndTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     error = ctx.broker.transaction_coordinator.end_transaction(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
     if not error:

@@ -47,6 +47,8 @@ import time
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import FetchRequest, FetchResponse
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 
 API_KEY = ApiKey.FETCH
 VERSIONS = range(4, 19)
@@ -75,12 +77,13 @@ async def handle(ctx, request: FetchRequest) -> FetchResponse:
         return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
     replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
     follower = replica_id >= 0
+    denied = None if broker.authorizer is None else _denied_topics(ctx, request, version, follower)
     quota = broker.replication_quotas.leader if follower else None
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
     first = True
     while True:
         # a follower's position is recorded once per request, not again when a long poll reads again
-        read = _read_all(ctx, request, version, replica_id, record=first, quota=quota)
+        read = _read_all(ctx, request, version, replica_id, record=first, quota=quota, denied=denied)
         resp, total, parts, _ = read
         first = False
         remaining = deadline - time.monotonic()
@@ -90,7 +93,27 @@ async def handle(ctx, request: FetchRequest) -> FetchResponse:
             remaining = min(remaining, max(0.01, quota.throttle_time_s()))
         await broker.replica_manager.wait_for_data(parts, remaining, appends=follower)
         if time.monotonic() >= deadline:
-            return _answer(_read_all(ctx, request, version, replica_id, record=False, quota=quota), quota)
+            return _answer(_read_all(ctx, request, version, replica_id, record=False, quota=quota, denied=denied),
+                           quota)
+
+
+class _Everything:
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+def _denied_topics(ctx, request: FetchRequest, version: int, follower: bool):  # noqa: ANN202
+    """The topic names the caller may not fetch, as Kafka: a follower's fetch needs CLUSTER_ACTION on the cluster
+    (else every partition is TOPIC_AUTHORIZATION_FAILED), a consumer's READ on each topic."""
+    if follower:
+        return None if common.cluster_authorized(ctx, AclOperation.CLUSTER_ACTION) else _Everything()
+    image = ctx.broker.controller.image
+    if version >= 13:
+        names = [t.name for ft in request.topics if (t := image.topics_by_id.get(ft.topic_id)) is not None]
+    else:
+        names = [ft.topic for ft in request.topics]
+    allowed = common.authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, names)
+    return {n for n in names if n not in allowed} or None
 
 
 def _answer(read, quota) -> FetchResponse:  # noqa: ANN001
@@ -104,10 +127,12 @@ def _answer(read, quota) -> FetchResponse:  # noqa: ANN001
 _LEADER_HINT_ERRORS = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
 
-def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, record: bool = True, quota=None):
+def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, record: bool = True, quota=None,
+              denied=None):
     """Read every requested partition once -> (response, bytes read or -1 on errors, partitions, bytes read of
     partitions throttled by ``quota``). ``replica_id`` >= 0: a follower's fetch (``record``: its position is
-    recorded, see :func:`follower_position`); ``quota``: the leader's replication quota (KIP-73) for it."""
+    recorded, see :func:`follower_position`); ``quota``: the leader's replication quota (KIP-73) for it; ``denied``:
+    the topic names answered TOPIC_AUTHORIZATION_FAILED (:func:`_denied_topics`)."""
     broker = ctx.broker
     image = broker.controller.image
     rm = broker.replica_manager
@@ -127,6 +152,9 @@ def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, re
         else:
             topic = image.topics_by_name.get(ft.topic)
             topic_error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if topic is None else ErrorCode.NONE
+        if denied is not None and (version < 13 or topic is not None or isinstance(denied, _Everything)) \
+                and (topic.name if topic is not None else ft.topic) in denied:
+            topic_error = ErrorCode.TOPIC_AUTHORIZATION_FAILED  # before UNKNOWN_TOPIC_OR_PARTITION, as in Kafka
         out_topic = FetchResponse.FetchableTopicResponse(topic=ft.topic, topic_id=ft.topic_id)
         resp.responses.append(out_topic)
         for fp in ft.partitions:

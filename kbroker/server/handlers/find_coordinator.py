@@ -21,6 +21,8 @@ from kbroker.protocol.errors import ErrorCode
 from kbroker.coordinator.runtime import partition_for
 from kbroker.coordinator.service_support import create_internal_topic, internal_topic_replication
 from kbroker.protocol.messages import FindCoordinatorRequest, FindCoordinatorResponse as R
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 
 API_KEY = ApiKey.FIND_COORDINATOR
 VERSIONS = range(0, 7)
@@ -33,6 +35,12 @@ def _find(ctx, key_type: int, key: str) -> tuple[int, int, str, int]:
     """(error, node id, host, port) for one key: the leader of the key's partition of the coordinator's topic,
     at its address on the listener the request came in on."""
     broker = ctx.broker
+    if broker.authorizer is not None:  # DESCRIBE on the group / transactional id, as Kafka's getCoordinator
+        if key_type == KEY_TYPE_GROUP and not common.authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, key):
+            return ErrorCode.GROUP_AUTHORIZATION_FAILED, -1, "", -1
+        if key_type == KEY_TYPE_TRANSACTION and not common.authorize(ctx, AclOperation.DESCRIBE,
+                                                                     ResourceType.TRANSACTIONAL_ID, key):
+            return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1
     if key_type == KEY_TYPE_GROUP:
         coordinator = broker.group_coordinator
     elif key_type == KEY_TYPE_TRANSACTION:

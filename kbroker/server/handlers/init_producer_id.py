@@ -28,6 +28,8 @@ import logging
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import InitProducerIdRequest, InitProducerIdResponse
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,14 @@ def _error(code: int) -> InitProducerIdResponse:
 
 
 async def handle(ctx, request: InitProducerIdRequest) -> InitProducerIdResponse:
+    if ctx.broker.authorizer is not None:
+        if request.transactional_id is not None:
+            if not common.authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                    request.transactional_id):
+                return _error(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        elif not (common.cluster_authorized(ctx, AclOperation.IDEMPOTENT_WRITE)
+                  or common.authorize_any_topic(ctx, AclOperation.WRITE)):
+            return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)  # KIP-679: IDEMPOTENT_WRITE or WRITE on a topic
     tc = ctx.broker.transaction_coordinator
     quorum = ctx.broker.metadata_quorum
     if quorum is not None and tc.producer_id_manager.exhausted:

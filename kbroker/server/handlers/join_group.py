@@ -20,7 +20,10 @@ from __future__ import annotations
 
 from kbroker.coordinator.group.shard import RequestMeta
 from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import JoinGroupRequest, JoinGroupResponse
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 
 API_KEY = ApiKey.JOIN_GROUP
 VERSIONS = range(0, 10)
@@ -33,6 +36,10 @@ def request_meta(ctx) -> RequestMeta:
 
 
 async def handle(ctx, request: JoinGroupRequest) -> JoinGroupResponse:
+    if ctx.broker.authorizer is not None and not common.authorize(ctx, AclOperation.READ, ResourceType.GROUP,
+                                                                   request.group_id):
+        return JoinGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, generation_id=-1,
+                                 protocol_name="" if ctx.api_version < 7 else None, leader="", member_id="")
     resp = await ctx.broker.group_coordinator.join_group(request_meta(ctx), request)
     if ctx.api_version < 7 and resp.protocol_name is None:
         resp.protocol_name = ""

@@ -14,6 +14,8 @@ from __future__ import annotations
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import LeaveGroupRequest, LeaveGroupResponse as R
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 from kbroker.server.handlers.join_group import request_meta
 
 API_KEY = ApiKey.LEAVE_GROUP
@@ -22,6 +24,9 @@ VERSIONS = range(0, 6)
 
 async def handle(ctx, request: LeaveGroupRequest) -> R:
     version = ctx.api_version
+    if ctx.broker.authorizer is not None and not common.authorize(ctx, AclOperation.READ, ResourceType.GROUP,
+                                                                   request.group_id):
+        return R(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     if version < 3:
         members = [(request.member_id, None, None)]
     else:

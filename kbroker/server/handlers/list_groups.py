@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.messages import ListGroupsRequest, ListGroupsResponse
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 
 API_KEY = ApiKey.LIST_GROUPS
 VERSIONS = range(0, 6)
@@ -21,5 +23,8 @@ async def handle(ctx, request: ListGroupsRequest) -> ListGroupsResponse:
     states = {s.lower() for s in request.states_filter} if version >= 4 and request.states_filter else None
     types = {t.lower() for t in request.types_filter} if version >= 5 and request.types_filter else None
     error, groups = await ctx.broker.group_coordinator.list_groups(states, types)
+    if ctx.broker.authorizer is not None and not common.cluster_authorized(ctx, AclOperation.DESCRIBE):
+        allowed = common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, [g.group_id for g in groups])
+        groups = [g for g in groups if g.group_id in allowed]
     groups.sort(key=lambda g: g.group_id)
     return ListGroupsResponse(error_code=error, groups=groups)

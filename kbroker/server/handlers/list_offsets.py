@@ -15,6 +15,8 @@ from __future__ import annotations
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import ListOffsetsRequest, ListOffsetsResponse
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 
 API_KEY = ApiKey.LIST_OFFSETS
 VERSIONS = range(1, 12)
@@ -27,6 +29,10 @@ async def handle(ctx, request: ListOffsetsRequest) -> ListOffsetsResponse:
     version = ctx.api_version
     read_committed = version >= 2 and request.isolation_level == 1
     resp = ListOffsetsResponse()
+    allowed = None  # the topics the caller may DESCRIBE (None: no authorizer)
+    if ctx.broker.authorizer is not None:
+        allowed = common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                          [t.name for t in request.topics])
     for t in request.topics:
         out_t = ListOffsetsResponse.ListOffsetsTopicResponse(name=t.name)
         resp.topics.append(out_t)
@@ -35,6 +41,8 @@ async def handle(ctx, request: ListOffsetsRequest) -> ListOffsetsResponse:
                                                                    timestamp=-1, offset=-1, leader_epoch=-1)
             out_t.partitions.append(out)
             try:
+                if allowed is not None and t.name not in allowed:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 part = rm.get_partition(t.name, p.partition_index)
                 part.check_leader_epoch(p.current_leader_epoch)  # before leadership, as Kafka
                 if not part.is_leader:

@@ -17,7 +17,12 @@ VERSIONS = range(0, 1)
 
 
 async def handle(ctx, request: ListPartitionReassignmentsRequest) -> R:
-    from kbroker.server.handlers.common import maybe_forward
+    from kbroker.protocol.errors import ErrorCode
+    from kbroker.server.authorizer import AclOperation
+    from kbroker.server.handlers.common import CLUSTER_DENIED_MESSAGE, cluster_denied, maybe_forward
+
+    if cluster_denied(ctx, AclOperation.DESCRIBE):
+        return R(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=CLUSTER_DENIED_MESSAGE)
 
     if (forwarded := await maybe_forward(ctx, request)) is not None:
         return forwarded  # a standby in a cluster: the active controller answered

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.messages import ListTransactionsRequest, ListTransactionsResponse
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 
 API_KEY = ApiKey.LIST_TRANSACTIONS
 VERSIONS = range(0, 3)
@@ -20,7 +22,12 @@ VERSIONS = range(0, 3)
 
 async def handle(ctx, request: ListTransactionsRequest) -> ListTransactionsResponse:
     version = ctx.api_version
-    return await ctx.broker.transaction_coordinator.list_transactions(
+    resp = await ctx.broker.transaction_coordinator.list_transactions(
         list(request.state_filters), list(request.producer_id_filters),
         request.duration_filter if version >= 1 else -1,
         request.transactional_id_pattern if version >= 2 else None)
+    if ctx.broker.authorizer is not None:  # only the ids the caller may DESCRIBE, as Kafka
+        allowed = common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                          [s.transactional_id for s in resp.transaction_states])
+        resp.transaction_states = [s for s in resp.transaction_states if s.transactional_id in allowed]
+    return resp

@@ -26,6 +26,8 @@ from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import OffsetCommitRequest, OffsetCommitResponse as R
 from kbroker.protocol.schema import ZERO_UUID
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 from kbroker.server.handlers.join_group import request_meta
 
 API_KEY = ApiKey.OFFSET_COMMIT
@@ -35,6 +37,16 @@ VERSIONS = range(2, 11)
 async def handle(ctx, request: OffsetCommitRequest) -> R:
     version = ctx.api_version
     image = ctx.broker.controller.image
+    readable = None  # the topics the caller may READ (None: no authorizer)
+    if ctx.broker.authorizer is not None:
+        if not common.authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+            return R(topics=[R.OffsetCommitResponseTopic(name=t.name, topic_id=t.topic_id, partitions=[
+                R.OffsetCommitResponsePartition(partition_index=p.partition_index,
+                                                error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+                for p in t.partitions]) for t in request.topics])
+        names = [t.name for t in request.topics] if version < 10 else [
+            image.topics_by_id[t.topic_id].name for t in request.topics if t.topic_id in image.topics_by_id]
+        readable = common.authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, names)
     parts: list[CommitPartition] = []
     layout: list[tuple[str, bytes, list[CommitPartition]]] = []
     for t in request.topics:
@@ -46,6 +58,8 @@ async def handle(ctx, request: OffsetCommitRequest) -> R:
             topic = image.topics_by_name.get(t.name)
             name = t.name
             error = ErrorCode.NONE if topic is not None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if readable is not None and (topic is not None or version < 10) and name not in readable:
+            error = ErrorCode.TOPIC_AUTHORIZATION_FAILED  # before UNKNOWN_TOPIC_OR_PARTITION, as in Kafka
         topic_parts = []
         for p in t.partitions:
             cp = CommitPartition(topic=name, partition=p.partition_index, offset=p.committed_offset,
@@ -60,7 +74,9 @@ async def handle(ctx, request: OffsetCommitRequest) -> R:
         member_id=request.member_id, group_instance_id=request.group_instance_id if version >= 7 else None,
         retention_time_ms=request.retention_time_ms if version <= 4 else -1, partitions=parts)
     gc = ctx.broker.group_coordinator
-    gc.commit_offsets(request_meta(ctx), commit)
+    if readable is None or any(cp.error_code == ErrorCode.NONE for cp in parts):
+        # (with nothing the caller may commit Kafka answers without asking the coordinator)
+        gc.commit_offsets(request_meta(ctx), commit)
     if any(cp.error_code == ErrorCode.NONE for cp in parts):
         # acknowledged only once every in-sync replica of the group's __consumer_offsets partition holds it
         code = await gc.replicated(request.group_id)

@@ -25,6 +25,8 @@ from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import OffsetFetchRequest, OffsetFetchResponse as R
 from kbroker.protocol.schema import ZERO_UUID
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 
 API_KEY = ApiKey.OFFSET_FETCH
 VERSIONS = range(1, 11)
@@ -84,6 +86,85 @@ async def _fetch_group_by_ids(ctx, g, require_stable: bool) -> R.OffsetFetchResp
 
 
 async def handle(ctx, request: OffsetFetchRequest) -> R:
+    if ctx.broker.authorizer is None:
+        return await _handle(ctx, request)
+    return await _handle_authorized(ctx, request)
+
+
+async def _handle_authorized(ctx, request: OffsetFetchRequest) -> R:
+    """As Kafka: DESCRIBE on each group (else GROUP_AUTHORIZATION_FAILED for it); of the listed topics, those the
+    caller may not DESCRIBE are not read and answer TOPIC_AUTHORIZATION_FAILED per partition; with all topics
+    asked for, those it may not DESCRIBE are left out."""
+    version = ctx.api_version
+    image = ctx.broker.controller.image
+    groups = list(request.groups) if version >= 8 else [request]
+
+    def name_of(t) -> str | None:  # noqa: ANN001
+        if version >= 10:
+            topic = image.topics_by_id.get(t.topic_id)
+            return topic.name if topic is not None else None  # unknown ids answer UNKNOWN_TOPIC_ID
+        return t.name
+
+    plan: list[list | None] = []  # per group: None (denied) or the listed topics denied
+    for g in groups:
+        if not common.authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id):
+            plan.append(None)
+            continue
+        denied: list = []
+        if g.topics is not None:
+            allowed = common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                              [n for t in g.topics if (n := name_of(t)) is not None])
+            denied = [t for t in g.topics if (n := name_of(t)) is not None and n not in allowed]
+            g.topics = [t for t in g.topics if not any(t is d for d in denied)]
+        plan.append(denied)
+    if version < 8:
+        if plan[0] is None:
+            resp = R(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+            if version < 2:  # no top-level error: every requested partition carries it
+                resp.topics = [R.OffsetFetchResponseTopic(name=t.name, partitions=[
+                    R.OffsetFetchResponsePartition(partition_index=p, committed_offset=-1, metadata="",
+                                                   error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+                    for p in t.partition_indexes]) for t in request.topics or []]
+            return resp
+        resp = await _handle(ctx, request)
+        if resp.error_code == ErrorCode.NONE or version < 2:
+            _filter_topics(ctx, resp, request.topics is None, plan[0], R.OffsetFetchResponseTopic,
+                           R.OffsetFetchResponsePartition, False)
+        return resp
+    request.groups = [g for g, p in zip(groups, plan) if p is not None]
+    answered = iter((await _handle(ctx, request)).groups)
+    resp = R()
+    for g, denied in zip(groups, plan):
+        if denied is None:
+            resp.groups.append(R.OffsetFetchResponseGroup(group_id=g.group_id,
+                                                          error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED))
+            continue
+        out = next(answered)
+        if out.error_code == ErrorCode.NONE:
+            _filter_topics(ctx, out, g.topics is None, denied, R.OffsetFetchResponseTopics,
+                           R.OffsetFetchResponsePartitions, version >= 10)
+        resp.groups.append(out)
+    return resp
+
+
+def _filter_topics(ctx, out, all_topics: bool, denied: list, topic_cls, partition_cls, by_id: bool) -> None:  # noqa: ANN001
+    if all_topics:
+        allowed = common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                          [t.name for t in out.topics])
+        out.topics = [t for t in out.topics if t.name in allowed]
+        return
+    for t in denied:
+        entry = topic_cls(partitions=[partition_cls(partition_index=p, committed_offset=-1, metadata="",
+                                                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                                      for p in t.partition_indexes])
+        if by_id:
+            entry.topic_id = t.topic_id
+        else:
+            entry.name = t.name
+        out.topics.append(entry)
+
+
+async def _handle(ctx, request: OffsetFetchRequest) -> R:
     version = ctx.api_version
     gc = ctx.broker.group_coordinator
     if version >= 8:

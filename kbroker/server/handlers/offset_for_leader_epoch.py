@@ -21,6 +21,8 @@ from __future__ import annotations
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse as R
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 
 API_KEY = ApiKey.OFFSET_FOR_LEADER_EPOCH
 VERSIONS = range(2, 5)
@@ -41,6 +43,11 @@ def end_offset(part, current_leader_epoch: int, leader_epoch: int) -> tuple[int,
 async def handle(ctx, request: OffsetForLeaderEpochRequest) -> R:
     rm = ctx.broker.replica_manager
     resp = R()
+    allowed = None  # the topics the caller may ask about (None: all)
+    if ctx.broker.authorizer is not None and not common.cluster_authorized(ctx, AclOperation.CLUSTER_ACTION):
+        # a follower has CLUSTER_ACTION; a consumer (KIP-320) needs DESCRIBE on the topic, as in Kafka
+        allowed = common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
+                                          [t.topic for t in request.topics])
     for t in request.topics:
         out_t = R.OffsetForLeaderTopicResult(topic=t.topic)
         resp.topics.append(out_t)
@@ -48,6 +55,8 @@ async def handle(ctx, request: OffsetForLeaderEpochRequest) -> R:
             out = R.EpochEndOffset(partition=p.partition)
             out_t.partitions.append(out)
             try:
+                if allowed is not None and t.topic not in allowed:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 part = rm.get_partition(t.topic, p.partition)
                 out.leader_epoch, out.end_offset = end_offset(part, p.current_leader_epoch, p.leader_epoch)
             except KafkaError as exc:

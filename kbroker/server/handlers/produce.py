@@ -30,6 +30,10 @@ Behavior:
   :mod:`kbroker.server.txn_verification`); an unreachable coordinator is NOT_ENOUGH_REPLICAS (retriable);
 * internal topics (``__consumer_offsets``, ``__transaction_state``) refuse client writes with
   INVALID_TOPIC_EXCEPTION, as Kafka does;
+* with an authorizer (Kafka's ``handleProduceRequest``): a transactional batch needs WRITE on the transactional id
+  (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED for the whole request), each topic WRITE (else
+  TOPIC_AUTHORIZATION_FAILED for its partitions, checked before the topic's existence so that it is not leaked);
+  idempotent batches need nothing more (KIP-679);
 * acks=-1: NOT_ENOUGH_REPLICAS before the append when the ISR is smaller than ``min.insync.replicas``; then
   the answer waits until the high watermark passes the batch (every in-sync replica holds it): with one replica
   right after the append, with followers once they fetched it; REQUEST_TIMED_OUT after the request's
@@ -64,6 +68,7 @@ from kbroker.protocol.records import (
     decompress,
     split_batches_strict,
 )
+from kbroker.server.authorizer import AclOperation, ResourceType
 from kbroker.server.handlers import common
 from kbroker.server.network import CloseConnection
 
@@ -223,6 +228,18 @@ async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
     # like Kafka: transactional data without a transactional id fails the whole request
     request_error = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                      if request.transactional_id is None and has_transactional_records(request) else ErrorCode.NONE)
+    denied = None  # topic names the caller may not WRITE (None: no authorizer)
+    if broker.authorizer is not None:
+        if (not request_error and request.transactional_id is not None and has_transactional_records(request)
+                and not common.authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                         request.transactional_id)):
+            request_error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        if version >= 13:
+            names = [t.name for td in request.topic_data if (t := image.topics_by_id.get(td.topic_id)) is not None]
+        else:
+            names = [td.name for td in request.topic_data]
+        allowed = common.authorized_names(ctx, AclOperation.WRITE, ResourceType.TOPIC, names)
+        denied = {n for n in names if n not in allowed}
     for topic_data in request.topic_data:
         out_topic = ProduceResponse.TopicProduceResponse(name=topic_data.name, topic_id=topic_data.topic_id)
         resp.responses.append(out_topic)
@@ -232,6 +249,9 @@ async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
         else:
             topic = image.topics_by_name.get(topic_data.name)
             topic_error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if topic is None else ErrorCode.NONE
+        if denied and (topic.name if topic is not None else topic_data.name) in denied \
+                and (topic is not None or version < 13):
+            topic_error = ErrorCode.TOPIC_AUTHORIZATION_FAILED  # an unknown topic too: existence is not leaked
         for pdata in topic_data.partition_data:
             pr = ProduceResponse.PartitionProduceResponse(index=pdata.index, base_offset=-1,
                                                           log_append_time_ms=-1, log_start_offset=-1)

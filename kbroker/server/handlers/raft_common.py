@@ -1,7 +1,8 @@
 """Shared by the handlers of the metadata quorum's own APIs (Vote, BeginQuorumEpoch, EndQuorumEpoch, the Raft
 Fetch of ``__cluster_metadata``): hand the request to this node's Raft replica
 (:class:`~kbroker.server.metadata_quorum.MetadataQuorum`), or, on a node whose quorum is itself alone, refuse
-it with INCONSISTENT_VOTER_SET (the sender counts this node as a voter; this node does not)."""
+it with INCONSISTENT_VOTER_SET (the sender counts this node as a voter; this node does not). With an authorizer the
+sender needs CLUSTER_ACTION on the cluster (else CLUSTER_AUTHORIZATION_FAILED), as Kafka's ``ControllerApis``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ from kbroker.protocol.errors import ErrorCode, KafkaError
 async def to_quorum(ctx, request: Any) -> Any:
     from kbroker.server.raft_manager import _error_response
 
+    if ctx.broker.authorizer is not None:
+        from kbroker.server.authorizer import AclOperation
+        from kbroker.server.handlers.common import cluster_authorized
+
+        if not cluster_authorized(ctx, AclOperation.CLUSTER_ACTION):  # as Kafka's ControllerApis
+            return _error_response(request, KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                                       "Cluster authorization failed."))
     quorum = ctx.broker.metadata_quorum
     if quorum is None or quorum.manager is None:
         return _error_response(request, KafkaError(ErrorCode.INCONSISTENT_VOTER_SET,

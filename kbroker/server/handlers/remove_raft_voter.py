@@ -19,6 +19,13 @@ VERSIONS = range(0, 1)
 
 
 async def handle(ctx, request: RemoveRaftVoterRequest) -> RemoveRaftVoterResponse:
+    from kbroker.protocol.errors import ErrorCode
+    from kbroker.server.authorizer import AclOperation
+    from kbroker.server.handlers.common import CLUSTER_DENIED_MESSAGE, cluster_denied
+
+    if cluster_denied(ctx, AclOperation.ALTER):  # as Kafka's ControllerApis
+        return RemoveRaftVoterResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=CLUSTER_DENIED_MESSAGE)
+
     async def change(quorum) -> None:  # noqa: ANN001
         await quorum.remove_voter(request.voter_id, bytes(request.voter_directory_id), quorum.request_timeout_s)
 

@@ -14,7 +14,10 @@ Version notes:
 from __future__ import annotations
 
 from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import SyncGroupRequest, SyncGroupResponse
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 from kbroker.server.handlers.join_group import request_meta
 
 API_KEY = ApiKey.SYNC_GROUP
@@ -22,4 +25,7 @@ VERSIONS = range(0, 6)
 
 
 async def handle(ctx, request: SyncGroupRequest) -> SyncGroupResponse:
+    if ctx.broker.authorizer is not None and not common.authorize(ctx, AclOperation.READ, ResourceType.GROUP,
+                                                                   request.group_id):
+        return SyncGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, assignment=b"")
     return await ctx.broker.group_coordinator.sync_group(request_meta(ctx), request)

@@ -25,6 +25,8 @@ from kbroker.coordinator.group.shard import CommitPartition
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import TxnOffsetCommitRequest, TxnOffsetCommitResponse as R
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
 
 API_KEY = ApiKey.TXN_OFFSET_COMMIT
 VERSIONS = range(0, 5)
@@ -46,13 +48,30 @@ async def handle(ctx, request: TxnOffsetCommitRequest) -> R:
     gc = broker.group_coordinator
     parts: list[CommitPartition] = []
     layout: list[tuple[str, list[CommitPartition]]] = []
+    denied = None  # the whole request's authorization error, as Kafka's getErrorResponse
+    readable = None  # the topics the caller may READ (None: no authorizer)
+    if broker.authorizer is not None and request.transactional_id and request.group_id:
+        if not common.authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+            denied = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        elif not common.authorize(ctx, AclOperation.READ, ResourceType.GROUP, request.group_id):
+            denied = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        else:
+            readable = common.authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC,
+                                               [t.name for t in request.topics])
     for t in request.topics:
         error = ErrorCode.NONE if t.name in image.topics_by_name else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if denied is not None:
+            error = denied
+        elif readable is not None and t.name not in readable:
+            error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         tps = [CommitPartition(topic=t.name, partition=p.partition_index, offset=p.committed_offset,
                                leader_epoch=p.committed_leader_epoch if version >= 2 else -1,
                                metadata=p.committed_metadata, error_code=error) for p in t.partitions]
         parts.extend(tps)
         layout.append((t.name, tps))
+    if denied is not None or (readable is not None and not any(p.error_code == ErrorCode.NONE for p in parts)):
+        # answered without the coordinators, as Kafka does
+        return _response(layout)
     if not request.transactional_id:
         error = ErrorCode.INVALID_REQUEST
     elif not request.group_id:
@@ -70,7 +89,8 @@ async def handle(ctx, request: TxnOffsetCommitRequest) -> R:
         error = verification_error(found, version)
     if error:
         for p in parts:
-            p.error_code = error
+            if p.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+                p.error_code = error
     else:
         gc.txn_offset_commit(request.group_id, request.producer_id, request.producer_epoch,
                              request.generation_id if version >= 3 else -1,
@@ -85,6 +105,10 @@ async def handle(ctx, request: TxnOffsetCommitRequest) -> R:
         for p in parts:
             if p.error_code == ErrorCode.PRODUCER_FENCED:
                 p.error_code = ErrorCode.INVALID_PRODUCER_EPOCH
+    return _response(layout)
+
+
+def _response(layout: list[tuple[str, list[CommitPartition]]]) -> R:
     return R(topics=[R.TxnOffsetCommitResponseTopic(name=name, partitions=[
         R.TxnOffsetCommitResponsePartition(partition_index=p.partition, error_code=p.error_code) for p in tps])
         for name, tps in layout])

@@ -23,6 +23,10 @@ LISTENERS = ("broker", "controller")
 
 
 async def handle(ctx, request: UnregisterBrokerRequest) -> R:
+    from kbroker.server.authorizer import AclOperation
+
+    if common.cluster_denied(ctx, AclOperation.ALTER):
+        return R(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=common.CLUSTER_DENIED_MESSAGE)
     if (forwarded := await common.maybe_forward(ctx, request)) is not None:
         return forwarded
     broker = ctx.broker

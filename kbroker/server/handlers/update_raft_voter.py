@@ -22,6 +22,11 @@ LISTENERS = ("controller",)
 
 
 async def handle(ctx, request: UpdateRaftVoterRequest) -> UpdateRaftVoterResponse:
+    from kbroker.server.authorizer import AclOperation
+    from kbroker.server.handlers.common import cluster_denied
+
+    if cluster_denied(ctx, AclOperation.CLUSTER_ACTION):  # as Kafka's ControllerApis
+        return UpdateRaftVoterResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     quorum = ctx.broker.metadata_quorum
     resp = UpdateRaftVoterResponse()
     if quorum is None or quorum.client is None:

@@ -178,6 +178,15 @@ def _append_marker(broker, topic: str, partition: int, producer_id: int, produce
 
 
 async def handle(ctx, request: WriteTxnMarkersRequest) -> R:
+    from kbroker.server.authorizer import AclOperation
+    from kbroker.server.handlers.common import cluster_denied
+
+    if cluster_denied(ctx, AclOperation.ALTER) and cluster_denied(ctx, AclOperation.CLUSTER_ACTION):
+        # as Kafka: ALTER or CLUSTER_ACTION on the cluster, else every partition is refused
+        return R(markers=[R.WritableTxnMarkerResult(producer_id=m.producer_id, topics=[
+            R.WritableTxnMarkerTopicResult(name=t.name, partitions=[R.WritableTxnMarkerPartitionResult(
+                partition_index=p, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED) for p in t.partition_indexes])
+            for t in m.topics]) for m in request.markers])
     resp = R()
     for marker in request.markers:
         out = R.WritableTxnMarkerResult(producer_id=marker.producer_id)
