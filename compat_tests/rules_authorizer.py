@@ -1,5 +1,6 @@
-"""A test authorizer for ``authorizer.class.name`` whose allow rules come from a JSON file, until kbroker's own
-ACL authorizer (StandardAuthorizer semantics) replaces it in compat_tests/test_authorization.py.
+"""A test authorizer for ``authorizer.class.name`` whose allow rules come from a JSON file, for a cluster whose
+nodes must be authorized (CLUSTER_ACTION) before their quorum exists, i.e. before kbroker's own ACL authorizer
+could hold an ACL (compat_tests/test_authorization.py).
 
 The file is named by the broker property ``kbroker.test.acl.rules.file`` and holds a list of rules
 ``{"principal": "User:alice", "operation": "READ", "resource_type": "TOPIC", "name": "t"}`` (``name`` ``"*"``:
