@@ -12,8 +12,12 @@ Cases (each on a fresh topic, 100 B records, acks=1, broker CPU from /proc/<pid>
   one consumer long-polling them: broker cores, end-to-end latency p50/p99 (ms, from the record timestamp),
   fetch responses per second.
 
-Usage: ``python bench/request_cost.py [--case single|many|latency|both] [--python PATH]`` (``--python``: the
-interpreter whose kbroker is measured, e.g. another checkout's venv). Not a test: nothing asserts on speed.
+Usage: ``python bench/request_cost.py [--case single|many|latency|both] [--python PATH] [--acls N]``
+(``--python``: the interpreter whose kbroker is measured, e.g. another checkout's venv; ``--acls N``: the broker
+runs kbroker's ACL authorizer holding N ACLs of other principals and topics, half of them prefixed, plus the ones
+that let the bench's client (User:ANONYMOUS, not a super user) create, describe and write its topics, so every
+request is authorized against a populated index: issue 11's cost of ACL checks). Not a test: nothing asserts on
+speed.
 """
 
 from __future__ import annotations
@@ -52,14 +56,22 @@ def create(bootstrap: str, name: str, partitions: int) -> None:
 def single(broker: KbrokerProcess, n: int) -> dict[str, float]:
     create(broker.bootstrap, "cost-single", 1)
     p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0, "acks": 1})
+    errors: list[str] = []
+
+    def delivered(err, msg) -> None:  # noqa: ANN001
+        if err is not None:
+            errors.append(str(err))
+
     for _ in range(200):  # warm up (connections, metadata)
-        p.produce("cost-single", VALUE, partition=0)
+        p.produce("cost-single", VALUE, partition=0, on_delivery=delivered)
         p.flush(10)
     cpu0, t0 = cpu_seconds(broker.pid), time.monotonic()
     for _ in range(n):
-        p.produce("cost-single", VALUE, partition=0)
+        p.produce("cost-single", VALUE, partition=0, on_delivery=delivered)
         p.flush(10)
     took, cpu = time.monotonic() - t0, cpu_seconds(broker.pid) - cpu0
+    if errors:
+        raise SystemExit(f"{len(errors)} records failed: {errors[:3]}")
     return {"requests": n, "requests_per_s": n / took, "broker_us_per_request": cpu / n * 1e6}
 
 
@@ -151,6 +163,59 @@ def latency(broker: KbrokerProcess, rate: int, seconds: float) -> dict[str, floa
             "e2e_p99_ms": pick(0.99), "responses_per_s": (f1 - f0) / took}
 
 
+def load_acls(root: str, python: str | None, n: int) -> dict[str, str]:
+    """Start a broker whose only super user is User:ANONYMOUS, add ``n`` unrelated ACLs and the bench client's, stop
+    it; returns the properties under which it restarts with those ACLs and no super user."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    authz = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
+    broker = KbrokerProcess(root, python=python, log_level="WARNING")
+    broker.overrides.update({**authz, "super.users": "User:ANONYMOUS"})
+    broker.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        allow = AclPermissionType.ALLOW
+        acls = [AclBinding(ResourceType.TOPIC, f"team{i % 100}-topic{i}",
+                           ResourcePatternType.PREFIXED if i % 2 else ResourcePatternType.LITERAL,
+                           f"User:user{i % 500}", "*", AclOperation.READ if i % 3 else AclOperation.WRITE, allow)
+                for i in range(n)]
+        for op in (AclOperation.CREATE, AclOperation.DESCRIBE, AclOperation.WRITE):
+            acls.append(AclBinding(ResourceType.TOPIC, "cost-", ResourcePatternType.PREFIXED, "User:ANONYMOUS", "*",
+                                   op, allow))
+        for op in (AclOperation.CREATE, AclOperation.DESCRIBE, AclOperation.IDEMPOTENT_WRITE):
+            acls.append(AclBinding(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL,
+                                   "User:ANONYMOUS", "*", op, allow))
+        acls.append(AclBinding(ResourceType.GROUP, "cost-", ResourcePatternType.PREFIXED, "User:ANONYMOUS", "*",
+                               AclOperation.READ, allow))
+        for i in range(0, len(acls), 1000):
+            for f in admin.create_acls(acls[i:i + 1000], request_timeout=60).values():
+                f.result()
+        got = admin.describe_acls(any_acl(), request_timeout=60).result()
+        print(f"acls: {len(got)} in the broker", flush=True)
+    finally:
+        broker.stop()
+    return authz
+
+
+def any_acl():  # noqa: ANN201
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    return AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                            AclPermissionType.ANY)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", choices=["single", "many", "latency", "both"], default="both")
@@ -160,9 +225,13 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=10)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--python", default=None, help="the interpreter that runs the measured kbroker")
+    ap.add_argument("--acls", type=int, default=None, help="run with kbroker's ACL authorizer and this many ACLs")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="kbroker-cost-") as root:
-        broker = KbrokerProcess(root, python=args.python, log_level="WARNING").start()
+        overrides = load_acls(root, args.python, args.acls) if args.acls is not None else {}
+        broker = KbrokerProcess(root, python=args.python, log_level="WARNING")
+        broker.overrides.update(overrides)
+        broker.start()
         try:
             if args.case in ("single", "both"):
                 print("single:", {k: round(v, 1) for k, v in single(broker, args.requests).items()}, flush=True)
