@@ -59,6 +59,11 @@ import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicInteger;
 
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterClientQuotasOptions;
+import org.apache.kafka.common.quota.ClientQuotaAlteration;
+import org.apache.kafka.common.quota.ClientQuotaEntity;
+import org.apache.kafka.common.quota.ClientQuotaFilter;
+import org.apache.kafka.common.quota.ClientQuotaFilterComponent;
 import org.apache.kafka.clients.admin.QuorumInfo;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.Config;
@@ -550,6 +555,45 @@ public final class KafkaDriver {
                                 "read_only", e.isReadOnly(), "sensitive", e.isSensitive()));
                     }
                     emit(obj("event", "configs", "resource_type", res.type().name(), "resource", res.name(), "configs", entries));
+                    return 0;
+                }
+                case "alter-client-quotas": {
+                    // --entity type=name (name <default>: the default entity) ..., --set key=value ..., --remove key ...
+                    Map<String, String> ent = new HashMap<>();
+                    for (String kv : a.all("entity")) {
+                        int eq = kv.indexOf('=');
+                        String n = kv.substring(eq + 1);
+                        ent.put(kv.substring(0, eq), n.equals("<default>") ? null : n);
+                    }
+                    List<ClientQuotaAlteration.Op> ops = new ArrayList<>();
+                    for (String kv : a.all("set")) {
+                        int eq = kv.indexOf('=');
+                        ops.add(new ClientQuotaAlteration.Op(kv.substring(0, eq), Double.parseDouble(kv.substring(eq + 1))));
+                    }
+                    for (String k : a.all("remove")) ops.add(new ClientQuotaAlteration.Op(k, null));
+                    admin.alterClientQuotas(List.of(new ClientQuotaAlteration(new ClientQuotaEntity(ent), ops)),
+                            new AlterClientQuotasOptions().validateOnly(a.bool("validate-only", false))).all().get();
+                    emit(obj("event", "altered"));
+                    return 0;
+                }
+                case "describe-client-quotas": {
+                    // --entity type=name (name <default>: the default; *: any), --strict true
+                    List<ClientQuotaFilterComponent> comps = new ArrayList<>();
+                    for (String kv : a.all("entity")) {
+                        int eq = kv.indexOf('=');
+                        String t = kv.substring(0, eq), n = kv.substring(eq + 1);
+                        comps.add(n.equals("*") ? ClientQuotaFilterComponent.ofEntityType(t)
+                                : n.equals("<default>") ? ClientQuotaFilterComponent.ofDefaultEntity(t)
+                                : ClientQuotaFilterComponent.ofEntity(t, n));
+                    }
+                    ClientQuotaFilter f = a.bool("strict", false) ? ClientQuotaFilter.containsOnly(comps) : ClientQuotaFilter.contains(comps);
+                    List<Object> out = new ArrayList<>();
+                    for (Map.Entry<ClientQuotaEntity, Map<String, Double>> e : admin.describeClientQuotas(f).entities().get().entrySet()) {
+                        Map<String, Object> names = new TreeMap<>();
+                        for (Map.Entry<String, String> x : e.getKey().entries().entrySet()) names.put(x.getKey(), x.getValue() == null ? "<default>" : x.getValue());
+                        out.add(obj("entity", names, "values", new TreeMap<>(e.getValue())));
+                    }
+                    emit(obj("event", "client-quotas", "entries", out));
                     return 0;
                 }
                 default:

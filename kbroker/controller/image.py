@@ -19,8 +19,11 @@ Replay semantics follow Kafka's metadata records (``metadata-specs/``):
 * ``UserScramCredentialRecord`` sets (adds or replaces) the SCRAM credential of a (user, mechanism);
   ``RemoveUserScramCredentialRecord`` removes it (KIP-554; a removal of a credential that is not there changes
   nothing).
+* ``ClientQuotaRecord`` sets one quota key of a client-quota entity, or removes it when ``remove`` is set (KIP-546);
+  an entity is the tuple of its ``(entity type, name)`` pairs sorted by type, a name of None being the type's
+  default (``kbroker.controller.client_quota_control``); an entity whose last key goes is dropped.
 * ``NoOpRecord`` and the metadata transaction markers change nothing here (the controller groups
-  transactional records before they reach the delta). ACL, quota, delegation-token, ZK-migration
+  transactional records before they reach the delta). ACL, delegation-token, ZK-migration
   and controller-registration records are accepted and ignored for now.
 """
 
@@ -35,6 +38,7 @@ from kbroker.protocol.metadata_records import (
     BeginTransactionRecord,
     BrokerRegistrationChangeRecord,
     ClearElrRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     EndTransactionRecord,
     FeatureLevelRecord,
@@ -57,6 +61,7 @@ __all__ = [
     "TOPIC_RESOURCE",
     "INTERNAL_TOPICS",
     "BrokerRegistration",
+    "QuotaEntity",
     "Endpoint",
     "MetadataChanges",
     "MetadataDelta",
@@ -67,6 +72,7 @@ __all__ = [
     "ScramCredential",
     "TopicImage",
     "is_internal",
+    "quota_entity",
 ]
 
 #: ConfigResource types used as the first element of a configs key.
@@ -163,6 +169,16 @@ class ScramCredential:
     iterations: int
 
 
+QuotaEntity = tuple[tuple[str, "str | None"], ...]
+"""A client-quota entity: ``(entity type, name)`` pairs sorted by type, a name of None for the type's default
+(``(("client-id", None), ("user", "alice"))``: user alice with the default client id)."""
+
+
+def quota_entity(parts: Iterable[tuple[str, str | None]]) -> QuotaEntity:
+    """The :data:`QuotaEntity` of ``(entity type, name)`` pairs, in any order."""
+    return tuple(sorted(((t, n) for t, n in parts), key=lambda p: p[0]))
+
+
 @dataclass(frozen=True, slots=True)
 class MetadataImage:
     cluster_id: str
@@ -180,6 +196,9 @@ class MetadataImage:
     #: (user name, mechanism code) -> SCRAM credential; mechanism codes are Kafka's ``ScramMechanism`` types:
     #: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512 (``kbroker.controller.scram_control``)
     scram_credentials: Mapping[tuple[str, int], ScramCredential] = field(default_factory=lambda: _EMPTY)
+    #: client-quota entity -> {quota key: value} (KIP-546): an entity is a tuple of ``(entity type, name)`` sorted
+    #: by type (types ``user``, ``client-id``, ``ip``; name None: that type's default entity)
+    client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(default_factory=lambda: _EMPTY)
 
     @classmethod
     def empty(cls, cluster_id: str) -> MetadataImage:
@@ -228,12 +247,14 @@ class MetadataChanges:
     producer_ids_changed: bool = False
     #: (user name, mechanism code) of every SCRAM credential added, replaced or removed
     changed_scram_credentials: frozenset[tuple[str, int]] = frozenset()
+    #: every client-quota entity whose quotas were set or removed
+    changed_client_quotas: frozenset[QuotaEntity] = frozenset()
 
     @property
     def is_empty(self) -> bool:
         return not (self.created_topics or self.deleted_topics or self.changed_partitions or self.changed_configs
                     or self.changed_brokers or self.features_changed or self.producer_ids_changed
-                    or self.changed_scram_credentials)
+                    or self.changed_scram_credentials or self.changed_client_quotas)
 
 
 def _tup(values: Iterable[Any] | None) -> tuple[Any, ...]:
@@ -261,6 +282,8 @@ class MetadataDelta:
         self._changed_brokers: set[int] = set()
         self._scram: dict[tuple[str, int], ScramCredential] | None = None
         self._changed_scram: set[tuple[str, int]] = set()
+        self._quotas: dict[QuotaEntity, Mapping[str, float]] | None = None
+        self._changed_quotas: set[QuotaEntity] = set()
 
     # ---- lookups through the overlay ----
     def _topic_id_by_name(self, name: str) -> bytes | None:
@@ -470,6 +493,22 @@ class MetadataDelta:
         if self._mutable_scram().pop(key, None) is not None:
             self._changed_scram.add(key)
 
+    def _replay_client_quota(self, r: ClientQuotaRecord) -> None:
+        entity = quota_entity((e.entity_type, e.entity_name) for e in r.entity)
+        if self._quotas is None:
+            self._quotas = dict(self.image.client_quotas)
+        values = dict(self._quotas.get(entity, {}))
+        if r.remove:
+            if values.pop(r.key, None) is None:
+                return
+        else:
+            values[r.key] = float(r.value)
+        if values:
+            self._quotas[entity] = MappingProxyType(values)
+        else:
+            self._quotas.pop(entity, None)
+        self._changed_quotas.add(entity)
+
     def _replay_clear_elr(self, r: ClearElrRecord) -> None:
         topic_ids: list[bytes]
         if r.topic_name:
@@ -505,6 +544,9 @@ class MetadataDelta:
             changed_scram_credentials=frozenset(
                 k for k in self._changed_scram
                 if self._scram is not None and self._scram.get(k) != self.image.scram_credentials.get(k)),
+            changed_client_quotas=frozenset(
+                k for k in self._changed_quotas
+                if self._quotas is not None and self._quotas.get(k) != self.image.client_quotas.get(k)),
         )
 
     def apply(self) -> MetadataImage:
@@ -546,6 +588,7 @@ class MetadataDelta:
             producer_ids_next=img.producer_ids_next if self._producer_ids_next is None else self._producer_ids_next,
             scram_credentials=(img.scram_credentials if self._scram is None
                                else MappingProxyType(dict(self._scram))),
+            client_quotas=(img.client_quotas if self._quotas is None else MappingProxyType(dict(self._quotas))),
         )
 
 
@@ -573,6 +616,9 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataChanges:
         changed_scram_credentials=frozenset(
             k for k in set(old.scram_credentials) | set(new.scram_credentials)
             if old.scram_credentials.get(k) != new.scram_credentials.get(k)),
+        changed_client_quotas=frozenset(
+            k for k in set(old.client_quotas) | set(new.client_quotas)
+            if old.client_quotas.get(k) != new.client_quotas.get(k)),
     )
 
 
@@ -596,6 +642,7 @@ _HANDLERS: dict[type, Any] = {
     ClearElrRecord: MetadataDelta._replay_clear_elr,
     UserScramCredentialRecord: MetadataDelta._replay_scram_credential,
     RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_scram_credential,
+    ClientQuotaRecord: MetadataDelta._replay_client_quota,
     NoOpRecord: _ignore,
     BeginTransactionRecord: _ignore,
     EndTransactionRecord: _ignore,
