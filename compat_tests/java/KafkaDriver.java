@@ -254,6 +254,7 @@ public final class KafkaDriver {
         AtomicInteger acked = new AtomicInteger();
         AtomicInteger failed = new AtomicInteger();
         long t0 = System.currentTimeMillis();
+        double throttleMax = 0.0;
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
             List<Future<RecordMetadata>> futures = new ArrayList<>();
             for (int i = start; i < start + count; i++) {
@@ -286,8 +287,15 @@ public final class KafkaDriver {
                 if (delayMs > 0) Thread.sleep(delayMs);
             }
             producer.flush();
+            for (Map.Entry<org.apache.kafka.common.MetricName, ? extends org.apache.kafka.common.Metric> m : producer.metrics().entrySet()) {
+                if (m.getKey().group().equals("producer-metrics") && m.getKey().name().equals("produce-throttle-time-max")) {
+                    Object v = m.getValue().metricValue();
+                    if (v instanceof Double && !((Double) v).isNaN()) throttleMax = (Double) v;
+                }
+            }
         }
-        emit(obj("event", "done", "acked", acked.get(), "failed", failed.get(), "elapsed_ms", System.currentTimeMillis() - t0));
+        emit(obj("event", "done", "acked", acked.get(), "failed", failed.get(), "elapsed_ms", System.currentTimeMillis() - t0,
+                "produce_throttle_time_max", throttleMax));
         return failed.get() == 0 && acked.get() == count ? 0 : 1;
     }
 
@@ -660,7 +668,8 @@ public final class KafkaDriver {
         static final Set<String> KNOWN = Set.of("bootstrap", "topic", "count", "acks", "compression", "idempotence",
                 "linger-ms", "batch-size", "partitions", "base-ts", "ts-step", "tag", "binary", "nulls", "start-index",
                 "sync", "delay-ms", "pad", "prop", "expect", "isolation", "timeout-ms", "fetch-max-wait-ms", "timestamp",
-                "replication-factor", "config", "broker", "internal", "authorized-operations");
+                "replication-factor", "config", "broker", "internal", "authorized-operations", "entity", "set", "remove",
+                "validate-only", "strict");
 
         static Args parse(String[] argv, int from) throws UsageException {
             Args a = new Args();

@@ -3,8 +3,9 @@
 (``kbroker.server.replication_quota``, ``SimpleRate``) and the client quotas (``kbroker.server.client_quotas``,
 ``Rate``).
 
-A sample covers ``window_ms``; ``window_num`` + 1 samples are kept (the oldest is reused), and a sample whose last
-recording is ``window_num`` x ``window_ms`` old is dropped. The rate is the sum of the retained samples divided by
+A sample covers ``window_ms``; ``window_num`` samples are kept for ``Rate`` (``window_num`` + 1 for ``SimpleRate``,
+the replication throttles'; the oldest is reused), and a sample that began (``Rate``; ``SimpleRate``: whose last
+recording is) ``window_num`` x ``window_ms`` ago is dropped. The rate is the sum of the retained samples divided by
 the time they cover:
 
 * ``SimpleRate`` (``kafka_rate=False``): the time since the oldest retained sample began, at least one window;
@@ -30,7 +31,7 @@ class _Sample:
 
 
 class SampledRate:
-    """A sum kept in ``window_num`` + 1 samples of ``window_ms`` each, measured as a rate per second: Kafka's
+    """A sum kept in ``window_num`` (+ 1) samples of ``window_ms`` each, measured as a rate per second: Kafka's
     ``SimpleRate`` over a ``WindowedSum``, or with ``kafka_rate`` Kafka's ``Rate`` (module docstring). Times in ms,
     from the caller."""
 
@@ -41,6 +42,9 @@ class SampledRate:
         self.window_ms = window_ms
         #: Kafka's ``Rate`` (at least ``window_num - 1`` full windows) instead of ``SimpleRate``
         self.kafka_rate = kafka_rate
+        #: samples kept: ``window_num`` (Kafka's ``MetricConfig.samples``) for ``Rate``; one more for the
+        #: replication throttles' ``SimpleRate`` (kbroker.server.replication_quota)
+        self._slots = window_num if kafka_rate else window_num + 1
         self._samples: list[_Sample] = []
         self._current = 0
 
@@ -51,7 +55,7 @@ class SampledRate:
             self._samples.append(_Sample(now_ms, now_ms))
         sample = self._samples[self._current]
         if now_ms - sample.start_ms >= self.window_ms:
-            self._current = (self._current + 1) % (self.window_num + 1)
+            self._current = (self._current + 1) % self._slots
             if self._current >= len(self._samples):
                 sample = _Sample(now_ms, now_ms)
                 self._samples.append(sample)
@@ -65,7 +69,9 @@ class SampledRate:
     def _purge(self, now_ms: float) -> None:
         expire_ms = self.window_num * self.window_ms
         for s in self._samples:
-            if now_ms - s.last_event_ms >= expire_ms:  # nothing recorded in it within the monitored time
+            # Kafka's Rate drops a sample that began that long ago; the replication throttles' SimpleRate one
+            # whose last recording is that old
+            if now_ms - (s.start_ms if self.kafka_rate else s.last_event_ms) >= expire_ms:
                 s.start_ms = s.last_event_ms = now_ms
                 s.value = 0.0
 
