@@ -394,3 +394,41 @@ def test_ip_connection_creation_rate_quota_closes_connections_over_it(kbroker_fa
     for s in socks:
         s.close()
     assert len(answered) == 30
+
+
+# --------------------------------------------------------------------------------- controller mutations (KIP-599)
+
+def test_controller_mutation_rate_throttles_topic_creation(kbroker_factory):
+    """1 partition/s: a bucket of 11 tokens (controller.quota.window.num x 1 s). CreateTopics v7 past it gets
+    THROTTLING_QUOTA_EXCEEDED with a throttle time; v5 (before KIP-599) is let through and throttled."""
+    from kbroker.cli._wire import WireClient
+    from kbroker.protocol.errors import ErrorCode
+    from kbroker.protocol.messages import CreateTopicsRequest as Req, DeleteTopicsRequest
+
+    broker = kbroker_factory()
+    b = broker.bootstrap
+    configs(b, "--alter", "--entity-type", "clients", "--entity-name", "mutator",
+            "--add-config", "controller_mutation_rate=1")
+
+    def create(name: str, partitions: int, version: int, client_id: str = "mutator") -> Any:
+        # a new connection each time: the broker stops reading from a connection for its throttle time (KIP-219)
+        req = Req(topics=[Req.CreatableTopic(name=name, num_partitions=partitions, replication_factor=1)],
+                  timeout_ms=10000)
+        with WireClient(b, client_id=client_id) as wire:
+            return wire.any_broker().send(req, version)
+
+    first = create("m1", 10, 7)  # 11 tokens -> 1
+    assert first.topics[0].error_code == ErrorCode.NONE and first.throttle_time_ms == 0
+    second = create("m2", 10, 7)  # 1 -> -9: accepted, then throttled about 9 s
+    assert second.topics[0].error_code == ErrorCode.NONE
+    assert 7000 <= second.throttle_time_ms <= 9500
+    third = create("m3", 1, 7)  # below 0: refused
+    assert third.topics[0].error_code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    assert third.topics[0].error_message == "The throttling quota has been exceeded."
+    assert third.throttle_time_ms > 5000
+    old = create("m4", 1, 5)  # no THROTTLING_QUOTA_EXCEEDED before v6: created, and throttled
+    assert old.topics[0].error_code == ErrorCode.NONE and old.throttle_time_ms > 5000
+    with WireClient(b, client_id="mutator") as wire:
+        deleted = wire.any_broker().send(DeleteTopicsRequest(topic_names=["m1"], timeout_ms=10000), 5)
+    assert deleted.responses[0].error_code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
+    assert create("m5", 20, 7, client_id="another").topics[0].error_code == ErrorCode.NONE  # not limited

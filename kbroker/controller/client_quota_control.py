@@ -16,8 +16,8 @@ Entity types and their keys (Kafka's ``QuotaConfigs``):
 
 AlterClientQuotas, per entry (one result per entry, INVALID_REQUEST with Kafka's message):
 
-1. a key altered twice in one entry: "Duplicate quota key <k> not updating quota for this entity <entity>"; an
-   entity altered twice (or after its duplicate-key error): "Ignoring duplicate entity <entity>";
+1. an entity altered twice, or a key altered twice in one entry: "Ignoring duplicate entity <entity>" (Kafka
+   records "Duplicate quota key ..." for the latter, then overwrites it with this);
 2. no entity type: "Invalid empty client quota entity"; a type twice: "Invalid empty client quota entity, duplicate
    entity entry <type>"; an unknown type: "Unhandled client quota entity type: <type>"; an empty name: "Empty
    <type> not supported";
@@ -149,8 +149,9 @@ def plan_alter_client_quotas(image: MetadataImage, alterations: Sequence[Alterat
         problem: str | None = None
         for key, value in ops:
             if key in ops_by_key:
-                problem = (f"Duplicate quota key {key} not updating quota for this entity "
-                           f"{entity_str(parts)}")
+                # Kafka notes "Duplicate quota key <k> not updating quota for this entity <entity>", and then, the
+                # entity having a result already, answers the one below instead
+                problem = f"Ignoring duplicate entity {entity_str(parts)}"
             else:
                 ops_by_key[key] = value
         if key_of_entity in seen:

@@ -43,6 +43,9 @@ class RequestContext:
     connection: KafkaConnection
     header: RequestHeader
     received_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    #: throttle time of the controller mutation quota (KIP-599), set by CreateTopics / CreatePartitions /
+    #: DeleteTopics (:func:`kbroker.server.handlers.common.mutation_quota`)
+    mutation_throttle_ms: int = 0
 
     @property
     def api_version(self) -> int:
@@ -161,7 +164,7 @@ class Apis:
         timed = _Timed(mod.handle(ctx, request))
         response = await timed
         started = time.perf_counter()
-        throttle_ms = getattr(ctx, "mutation_throttle_ms", 0)
+        throttle_ms = ctx.mutation_throttle_ms
         if api_key == ApiKey.PRODUCE:
             throttle_ms = max(throttle_ms, quotas.record(cq.PRODUCE, principal, client_id, request_size))
         chunks = encode_response(api_key, api_version, correlation_id, response) if response is not None else None

@@ -22,10 +22,13 @@ What is measured, over ``quota.window.num`` samples of ``quota.window.size.secon
   over the quota is answered without records (its bytes are taken back out of the rate), as Kafka does;
 * ``request_percentage``: the time the event loop spent handling the request (decoding, the handler's own steps,
   encoding; not the time it waited, so a long-polling fetch counts only its work), as a percentage of one thread;
-* ``controller_mutation_rate``: partitions created (CreateTopics, CreatePartitions) or deleted (DeleteTopics).
-  Over the quota, CreateTopics v6+, CreatePartitions v3+ and DeleteTopics v5+ get THROTTLING_QUOTA_EXCEEDED for
-  their topics (KIP-599: strict check before, the request is let through while the rate is not above the quota);
-  older versions are let through and throttled.
+* ``controller_mutation_rate``: partitions created (CreateTopics, CreatePartitions) or deleted (DeleteTopics),
+  in a token bucket as Kafka's ``ControllerMutationQuotaManager`` keeps it (KIP-599: at most ``controller_mutation_
+  rate`` x ``controller.quota.window.num`` x ``controller.quota.window.size.seconds`` tokens, refilled at the
+  rate; a request may take the bucket below 0, and the throttle time is how long it takes to come back to 0).
+  CreateTopics v6+, CreatePartitions v3+ and DeleteTopics v5+ (strict): a topic met while the bucket is below 0
+  gets THROTTLING_QUOTA_EXCEEDED "The throttling quota has been exceeded."; older versions are let through and
+  throttled. ``validate_only`` requests are not counted.
 
 Throttling (KIP-219): when a rate is above its quota the throttle time is (rate - quota) / quota x the rate's
 window (Kafka's ``QuotaUtils.throttleTime``); the response goes out at once with ``throttle_time_ms`` (the largest
@@ -126,6 +129,8 @@ class QuotaManager:
         self._clock = clock
         self._rates: dict[tuple[str, str], SampledRate] = {}
         self._last_used: dict[tuple[str, str], float] = {}
+        #: token buckets (tokens, last update in s) of the controller mutation quota
+        self._buckets: dict[tuple[str, str], tuple[float, float]] = {}
         #: total throttle time handed out, ms, by (user tag, client tag) (metrics)
         self.throttle_time_total: dict[tuple[str, str], float] = {}
 
@@ -152,6 +157,24 @@ class QuotaManager:
         rate = self._rate(tags)
         return throttle_time_ms(rate.measure(now), bound, rate.window_size_ms(now))
 
+    def take_tokens(self, bound: float, tags: tuple[str, str], value: float, strict: bool) -> tuple[bool, int]:
+        """Kafka's ``TokenBucket`` (KIP-599, controller mutations): a bucket of at most ``bound`` x window_num x
+        window seconds of tokens, refilled at ``bound`` per second; ``value`` tokens taken (it may go negative).
+        Returns (taken, throttle ms = the time until the bucket is back at 0). ``strict``: nothing is taken while
+        the bucket is below 0."""
+        now = self._clock()
+        burst = bound * self.window_num * self.window_ms / 1000.0
+        tokens, last = self._buckets.get(tags, (burst, now))
+        tokens = min(burst, tokens + (now - last) * bound)
+        self._last_used[tags] = now
+        taken = not (strict and tokens < 0)
+        if taken:
+            tokens -= value
+        self._buckets[tags] = (tokens, now)
+        if tokens >= 0:
+            return taken, 0
+        return taken, int(-tokens / bound * 1000) if bound > 0 else int(self.window_num * self.window_ms)
+
     def measure(self, tags: tuple[str, str]) -> float:
         rate = self._rates.get(tags)
         return 0.0 if rate is None else rate.measure(self._clock() * 1000.0)
@@ -164,6 +187,7 @@ class QuotaManager:
         cutoff = self._clock() - idle_s
         for tags in [t for t, at in self._last_used.items() if at < cutoff]:
             self._rates.pop(tags, None)
+            self._buckets.pop(tags, None)
             self._last_used.pop(tags, None)
 
 
@@ -237,13 +261,19 @@ class ClientQuotas:
         if found is not None:
             self.managers[key].unrecord(found[1], value)
 
-    def mutation_exceeded_ms(self, principal: str, client_id: str) -> int:
-        """KIP-599's strict check: the throttle time when this client's partition mutation rate is above its
-        ``controller_mutation_rate`` now (0: it may go on)."""
+    def record_mutations(self, principal: str, client_id: str, partitions: int, strict: bool) -> tuple[bool, int]:
+        """KIP-599: count ``partitions`` created or deleted against this client's ``controller_mutation_rate``.
+        Returns (accepted, throttle ms). ``strict`` (the versions that know THROTTLING_QUOTA_EXCEEDED): refused,
+        and nothing counted, while the quota is already exceeded; else always accepted and counted."""
         found = self.quota(CONTROLLER_MUTATION, principal, client_id) if CONTROLLER_MUTATION in self._keys else None
         if found is None:
-            return 0
-        return self.managers[CONTROLLER_MUTATION].exceeded_ms(found[0], found[1])
+            return True, 0
+        bound, tags = found
+        manager = self.managers[CONTROLLER_MUTATION]
+        accepted, ms = manager.take_tokens(bound, tags, partitions, strict)
+        if ms:
+            manager.note_throttle(tags, ms)
+        return accepted, ms
 
     def throttle_totals(self) -> Iterable[tuple[str, str, str, float]]:
         """(quota key, user tag, client tag, total throttle ms) for metrics."""
