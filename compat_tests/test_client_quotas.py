@@ -264,7 +264,12 @@ def test_user_quota_holds_a_sasl_plain_user_and_not_another(kbroker_factory):
 
 
 def test_java_producer_honours_throttle_time(kbroker_factory, java_driver):
-    broker = kbroker_factory()
+    import urllib.request
+
+    from kbroker.testing.plugin import free_port
+
+    metrics_port = free_port()
+    broker = kbroker_factory(overrides={"metrics.port": str(metrics_port), "metrics.host": "127.0.0.1"})
     b = broker.bootstrap
     create_topic(b, "quota-java")
     configs(b, "--alter", "--entity-type", "clients", "--entity-default", "--add-config", "producer_byte_rate=200000")
@@ -279,6 +284,9 @@ def test_java_producer_honours_throttle_time(kbroker_factory, java_driver):
     assert done["acked"] == 250
     assert done["produce_throttle_time_max"] > 0  # the client read throttle_time_ms (KIP-219)
     assert took >= 8
+    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+    line = next(x for x in text.splitlines() if x.startswith("kafka_server_produce_throttle_time_ms_total{"))
+    assert 'client_id="kbroker-compat-java-producer"' in line and float(line.split()[-1]) > 1000
 
 
 # --------------------------------------------------------------------------------- connection creation rate

@@ -14,6 +14,18 @@ Limits a client cannot get around (issue: reliability of one node):
   must arrive whole within that time, so a frame trickled byte by byte cannot hold a connection;
 * ``max.connections`` and ``max.connections.per.ip`` / ``max.connections.per.ip.overrides`` (Kafka's keys):
   a connection over a limit is closed at once (Kafka stops accepting at the broker-wide limit instead);
+* ``max.connection.creation.rate`` (broker-wide, not on the inter-broker listener) and
+  ``listener.name.<l>.max.connection.creation.rate`` (KIP-612): each new connection is counted in the rate, and
+  while a rate is above its limit the listener takes up the next connection only after Kafka's throttle time
+  ((rate - limit) / limit x window, at most one ``quota.window.size.seconds``); a waiting connection is not read
+  from and does not count against ``max.connections`` yet, as one in Kafka's accept backlog. The rate is the
+  replication throttles' ``SimpleRate`` (at least one window), so a burst after a quiet period is one window's
+  worth (the client quotas' ``Rate`` would let ``quota.window.num - 1`` windows' worth through at once);
+* ``connection_creation_rate`` quotas of ip entities (ClientQuotaRecords, KIP-612): a connection over its
+  address's rate (the address's own quota, else the default ip's) is not counted and is closed after the
+  throttle time, so that the client does not reconnect at once;
+* client quotas (``kbroker.server.client_quotas``): a request over one gets its response at once with
+  ``throttle_time_ms`` and the connection is not read from for that time (:meth:`KafkaConnection.throttle`);
 * one request at a time per connection, reading paused while ``MAX_QUEUED_FRAMES`` wait, and the connection's
   task yields to the others after each request, so one client pipelining requests cannot starve the rest.
 
