@@ -477,8 +477,17 @@ def describe_entity(names: dict[str, Any]) -> str:
 
 
 def _double(value: float) -> str:
-    """A Java double as ``Double.toString`` prints ordinary quota values (``1048576.0``)."""
-    return repr(float(value)) if abs(value) < 1e7 else f"{value:.1E}".replace("E+0", "E").replace("E+", "E")
+    """A double as Java's ``Double.toString`` prints it: ``1048576.0``, ``1.048576E7`` (from 10^7 up), ``0.5``,
+    ``1.0E-4`` (below 10^-3)."""
+    import decimal
+
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        return repr(float(value))
+    d = decimal.Decimal(repr(float(value))).normalize()
+    sign, digits, _ = d.as_tuple()
+    mantissa = "".join(map(str, digits))
+    mantissa = mantissa[0] + "." + (mantissa[1:] or "0")
+    return f"{'-' if sign else ''}{mantissa}E{d.adjusted()}"
 
 
 def run_quota_command(args: Any, entity: list[tuple[str, Any]]) -> None:
