@@ -390,9 +390,10 @@ _DYNAMIC_DOCS: dict[str, tuple[str, str, bool]] = {
                                 "start-up).", True),
     "max.connections.per.ip": (MEDIUM, "The most connections from one address; more are closed at once (read at "
                                        "start-up).", True),
-    "max.connection.creation.rate": (MEDIUM, "New connections per second the broker accepts (KIP-612): the acceptor "
-                                             "waits before accepting more; also per listener as listener.name.<l>."
-                                             "max.connection.creation.rate (read at start-up).", True),
+    "max.connection.creation.rate": (MEDIUM, "New connections per second the broker accepts on listeners other than "
+                                             "the inter-broker one (KIP-612): the acceptor waits before taking more "
+                                             "up; per listener as listener.name.<l>.max.connection.creation.rate "
+                                             "(that one read at start-up).", True),
     "producer.id.expiration.ms": (LOW, "How long an idle producer id is kept in a partition.", True),
     "transaction.partition.verification.enable": (LOW, "Verify the partitions of a transaction before appends.",
                                                   True),
