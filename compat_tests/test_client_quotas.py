@@ -440,3 +440,63 @@ def test_controller_mutation_rate_throttles_topic_creation(kbroker_factory):
         deleted = wire.any_broker().send(DeleteTopicsRequest(topic_names=["m1"], timeout_ms=10000), 5)
     assert deleted.responses[0].error_code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
     assert create("m5", 20, 7, client_id="another").topics[0].error_code == ErrorCode.NONE  # not limited
+
+
+# --------------------------------------------------------------------------------- authorization and a cluster
+
+def test_client_quota_apis_need_cluster_configs_permissions(kbroker_factory):
+    broker = kbroker_factory({"authorizer.class.name": "compat_tests.deny_cluster_authorizer.DenyClusterConfigs"})
+    out = configs(broker.bootstrap, "--alter", "--entity-type", "clients", "--entity-name", "c1",
+                  "--add-config", "producer_byte_rate=1", ok=False)
+    assert out.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED: Cluster authorization failed." in out.stderr, out
+    out = configs(broker.bootstrap, "--describe", "--entity-type", "clients", ok=False)
+    assert out.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED: Cluster authorization failed." in out.stderr, out
+
+
+def test_cluster_quotas_altered_through_a_standby_reach_every_node_and_survive_a_restart(tmp_path):
+    from kbroker.protocol.messages import AlterClientQuotasRequest as Req
+    from kbroker.protocol.messages import AlterClientQuotasResponse as Resp
+    from kbroker.protocol.messages import DescribeClientQuotasRequest as DReq
+    from kbroker.protocol.messages import DescribeClientQuotasResponse as DResp
+    from kbroker.testing.cluster import KbrokerCluster, ask
+
+    def described(node: int) -> dict[Any, Any]:
+        resp = ask(cluster.host, cluster.nodes[node].port, 48, 1, DReq(components=[], strict=False), DResp)
+        assert resp.error_code == 0, resp
+        return {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)):
+                {v.key: v.value for v in entry.values} for entry in resp.entries}
+
+    def everywhere(want: dict[Any, Any], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        seen: dict[int, Any] = {}
+        while time.monotonic() < deadline:
+            seen = {}
+            for i in cluster.broker_ids:
+                try:
+                    seen[i] = described(i)
+                except (OSError, ValueError) as exc:
+                    seen[i] = repr(exc)
+            if all(s == want for s in seen.values()):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"nodes did not all describe {want} within {timeout} s: {seen}")
+
+    cluster = KbrokerCluster(tmp_path, nodes=3)
+    try:
+        cluster.start()
+        active = cluster.controller_id()
+        standby = next(i for i in cluster.broker_ids if i != active)
+        req = Req(entries=[Req.EntryData(entity=[Req.EntityData(entity_type="client-id", entity_name="c1")],
+                                         ops=[Req.OpData(key="producer_byte_rate", value=1024.0)]),
+                           Req.EntryData(entity=[Req.EntityData(entity_type="ip", entity_name=None)],
+                                         ops=[Req.OpData(key="producer_byte_rate", value=1.0)])])
+        resp = ask(cluster.host, cluster.nodes[standby].port, 49, 1, req, Resp, timeout=20)
+        assert [(e.error_code, e.error_message) for e in resp.entries] == [
+            (0, None), (42, "Invalid configuration key producer_byte_rate")]
+        want = {(("client-id", "c1"),): {"producer_byte_rate": 1024.0}}
+        everywhere(want)
+        cluster.stop()
+        cluster.start()
+        everywhere(want)
+    finally:
+        cluster.stop()
