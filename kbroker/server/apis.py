@@ -224,6 +224,9 @@ class _Timed:
             self.busy += time.perf_counter() - started
             try:
                 value, error = (yield yielded), None
+            except GeneratorExit:
+                coro.close()
+                raise
             except BaseException as exc:  # noqa: BLE001 - cancellation and the like go on into the coroutine
                 value, error = None, exc
 

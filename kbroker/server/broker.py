@@ -397,6 +397,7 @@ class Broker:
                 if mono - last_checkpoint >= checkpoint_interval:
                     last_checkpoint = mono
                     await asyncio.to_thread(self.log_manager.checkpoint)
+                    self.client_quotas.expire(3600.0)  # rates of quota entities idle for an hour (Kafka's sensors)
             except Exception:
                 log.exception("periodic log maintenance failed")
 

@@ -31,7 +31,7 @@ What is measured, over ``quota.window.num`` samples of ``quota.window.size.secon
   throttled. ``validate_only`` requests are not counted.
 
 Throttling (KIP-219): when a rate is above its quota the throttle time is (rate - quota) / quota x the rate's
-window (Kafka's ``QuotaUtils.throttleTime``); the response goes out at once with ``throttle_time_ms`` (the largest
+window (Kafka's ``QuotaUtils.throttleTime``), at most ``quota.window.num`` x ``quota.window.size.seconds``; the response goes out at once with ``throttle_time_ms`` (the largest
 of the quotas' throttle times) and the broker stops reading from the connection for that long (the channel is
 muted), so the client cannot send more meanwhile. For a version older than KIP-219 (Produce < v6, Fetch < v8 and
 the like: :func:`client_throttles`) the client does not throttle itself, so the broker holds the response back
@@ -146,7 +146,9 @@ class QuotaManager:
         now = self._clock() * 1000.0
         rate = self._rate(tags)
         rate.record(value, now)
-        return throttle_time_ms(rate.measure(now), bound, rate.window_size_ms(now))
+        # at most the whole quota window (Kafka's maxThrottleTimeMs): a tiny quota does not mute a client for hours
+        return min(throttle_time_ms(rate.measure(now), bound, rate.window_size_ms(now)),
+                   int(self.window_num * self.window_ms))
 
     def unrecord(self, tags: tuple[str, str], value: float) -> None:
         self._rate(tags).unrecord(value, self._clock() * 1000.0)
@@ -274,6 +276,11 @@ class ClientQuotas:
         if ms:
             manager.note_throttle(tags, ms)
         return accepted, ms
+
+    def expire(self, idle_s: float) -> None:
+        """Drop the rates of quota entities unused for ``idle_s``."""
+        for manager in self.managers.values():
+            manager.expire(idle_s)
 
     def throttle_totals(self) -> Iterable[tuple[str, str, str, float]]:
         """(quota key, user tag, client tag, total throttle ms) for metrics."""

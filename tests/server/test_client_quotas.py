@@ -100,3 +100,9 @@ def test_which_versions_throttle_themselves():
     assert not client_throttles(ApiKey.PRODUCE, 5) and client_throttles(ApiKey.PRODUCE, 6)
     assert not client_throttles(ApiKey.FETCH, 7) and client_throttles(ApiKey.FETCH, 8)
     assert client_throttles(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0)
+
+
+def test_throttle_time_is_bounded_by_the_quota_window():
+    now = [0.0]
+    m = QuotaManager("producer_byte_rate", 11, 1000.0, lambda: now[0])
+    assert m.record(1.0, ("", "c"), 10_000_000) == 11_000  # (rate - 1) / 1 x 10 s would be days
