@@ -500,3 +500,33 @@ def test_cluster_quotas_altered_through_a_standby_reach_every_node_and_survive_a
         everywhere(want)
     finally:
         cluster.stop()
+
+
+def test_request_percentage_throttles_a_busy_client_only(kbroker_factory):
+    """request_percentage counts the event loop's time on a client's requests: a quota of 0.001 % of a thread is
+    exceeded by the first requests, and their answers carry throttle_time_ms (each asked on a new connection: the
+    broker reads nothing from a throttled one for that long); another client id is not throttled."""
+    from kbroker.protocol import codec
+    from kbroker.protocol.headers import encode_request_header
+    from kbroker.protocol.messages import MetadataRequest, MetadataResponse
+
+    broker = kbroker_factory()
+    b = broker.bootstrap
+    configs(b, "--alter", "--entity-type", "clients", "--entity-name", "busy", "--add-config",
+            "request_percentage=0.001")
+    host, port = b.rsplit(":", 1)
+
+    def metadata(client_id: str) -> int:
+        body = encode_request_header(3, 9, 1, client_id) + codec.encode(MetadataRequest(topics=None), 9)
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(len(body).to_bytes(4, "big") + body)
+            size = int.from_bytes(sock.recv(4, socket.MSG_WAITALL), "big")
+            frame = sock.recv(size, socket.MSG_WAITALL)
+        resp, _ = codec.decode(MetadataResponse, frame, 9, codec._skip_tagged(frame, 4))
+        return resp.throttle_time_ms
+
+    busy = [metadata("busy") for _ in range(5)]
+    calm = [metadata("calm") for _ in range(5)]
+    print("busy throttle times", busy, "calm", calm)
+    assert max(busy) > 0 and busy[-1] > 0
+    assert calm == [0] * 5
