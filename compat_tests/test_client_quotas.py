@@ -343,6 +343,14 @@ def test_max_connection_creation_rate_spaces_out_accepts(kbroker_factory):
     finally:
         for s in socks:
             s.close()
+    # a dynamic broker config changes it without a restart
+    configs(broker.bootstrap, "--alter", "--entity-type", "brokers", "--entity-default",
+            "--add-config", "max.connection.creation.rate=100000")
+    time.sleep(1.5)
+    socks, answered = connect_all(client, 50)
+    for s in socks:
+        s.close()
+    assert answered[-1] < 2
 
 
 def test_listener_connection_creation_rate(kbroker_factory):

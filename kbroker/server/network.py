@@ -474,10 +474,12 @@ class ConnectionLimits:
         for entity, values in image.client_quotas.items():
             if len(entity) == 1 and entity[0][0] == "ip" and "connection_creation_rate" in values:
                 self.ip_quotas[entity[0][1]] = values["connection_creation_rate"]
+        rate = self._config.get_int("max.connection.creation.rate")  # server.properties, then the dynamic layers
         for layer in (image.broker_configs(), image.broker_configs(self._config.node_id)):
             raw = layer.get("max.connection.creation.rate")
             if raw is not None and raw.strip().isdigit():
-                self.max_creation_rate = int(raw)
+                rate = int(raw)
+        self.max_creation_rate = rate
 
     def on_metadata_update(self, old: Any, new: Any, changes: Any = None) -> None:
         if changes is None or getattr(changes, "changed_client_quotas", None) or \
