@@ -513,28 +513,37 @@ def test_cluster_quotas_altered_through_a_standby_reach_every_node_and_survive_a
 def test_request_percentage_throttles_a_busy_client_only(kbroker_factory):
     """request_percentage counts the event loop's time on a client's requests: a quota of 0.001 % of a thread is
     exceeded by the first requests, and their answers carry throttle_time_ms (each asked on a new connection: the
-    broker reads nothing from a throttled one for that long); another client id is not throttled."""
+    broker reads nothing from a throttled one for that long); another client id is not throttled. A Metadata v5
+    (before KIP-219) is answered only after the throttle time."""
     from kbroker.protocol import codec
     from kbroker.protocol.headers import encode_request_header
     from kbroker.protocol.messages import MetadataRequest, MetadataResponse
 
-    broker = kbroker_factory()
+    broker = kbroker_factory(overrides={"quota.window.num": "2"})  # throttle times of at most 2 s
     b = broker.bootstrap
     configs(b, "--alter", "--entity-type", "clients", "--entity-name", "busy", "--add-config",
             "request_percentage=0.001")
     host, port = b.rsplit(":", 1)
 
-    def metadata(client_id: str) -> int:
-        body = encode_request_header(3, 9, 1, client_id) + codec.encode(MetadataRequest(topics=None), 9)
+    def metadata(client_id: str, version: int = 9) -> tuple[int, float]:
+        """(throttle_time_ms, seconds until the answer)"""
+        body = encode_request_header(3, version, 1, client_id) + codec.encode(MetadataRequest(topics=None), version)
         with socket.create_connection((host, int(port)), timeout=10) as sock:
+            t0 = time.monotonic()
             sock.sendall(len(body).to_bytes(4, "big") + body)
             size = int.from_bytes(sock.recv(4, socket.MSG_WAITALL), "big")
+            took = time.monotonic() - t0
             frame = sock.recv(size, socket.MSG_WAITALL)
-        resp, _ = codec.decode(MetadataResponse, frame, 9, codec._skip_tagged(frame, 4))
-        return resp.throttle_time_ms
+        pos = codec._skip_tagged(frame, 4) if version >= 9 else 4
+        resp, _ = codec.decode(MetadataResponse, frame, version, pos)
+        return resp.throttle_time_ms, took
 
     busy = [metadata("busy") for _ in range(5)]
     calm = [metadata("calm") for _ in range(5)]
-    print("busy throttle times", busy, "calm", calm)
-    assert max(busy) > 0 and busy[-1] > 0
-    assert calm == [0] * 5
+    print("busy", busy, "calm", calm)
+    assert all(ms > 0 for ms, _ in busy[1:]) and all(took < 0.5 for _, took in busy)  # answered at once (KIP-219)
+    assert [ms for ms, _ in calm] == [0] * 5
+    # Metadata v5 comes from a client that does not throttle itself: the broker holds the answer back instead
+    ms, took = metadata("busy", 5)
+    print("v5", ms, took)
+    assert ms > 1000 and took >= ms / 1000 - 0.1
