@@ -104,6 +104,57 @@ def test_connections_per_ip_are_bounded(kbroker_factory):
         s.close()
 
 
+def test_a_thousand_connections_from_one_ip_against_a_hundred(kbroker_factory):
+    """Issue 11: 1,000 connections from one address against max.connections.per.ip=100: the 900 over the limit are
+    closed at once, and the 100 accepted ones keep working (a Produce from confluent-kafka too)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    broker = kbroker_factory(overrides={"max.connections.per.ip": "100"})
+    host, port = broker.bootstrap.rsplit(":", 1)
+    socks = []
+    t0 = time.monotonic()
+    try:
+        for _ in range(1000):
+            s = socket.socket()
+            s.settimeout(10)
+            s.connect((host, int(port)))
+            socks.append(s)
+        # every connection asks for ApiVersions; the broker's answer or close tells which ones it kept
+        for s in socks:
+            s.sendall(frame(18, 0, ApiVersionsRequest()))
+        answered, closed = [], 0
+        for s in socks:
+            try:
+                data = s.recv(4)
+            except (ConnectionResetError, BrokenPipeError):
+                data = b""
+            if data:
+                answered.append(s)
+            else:
+                closed += 1
+        took = time.monotonic() - t0
+        assert len(answered) == 100 and closed == 900, (len(answered), closed)
+        assert took < 30, f"1,000 connections took {took:.1f} s"
+        # the accepted ones keep working: the rest of the first answer is read, then a Metadata is answered
+        for i, s in enumerate(answered):
+            s.settimeout(5)
+            s.recv(65536)
+            s.sendall(frame(3, 1, MetadataRequest(topics=[]), corr=2 + i))
+            rest = s.recv(4)
+            assert len(rest) == 4 and struct.unpack(">i", rest)[0] > 0
+    finally:
+        for s in socks:
+            s.close()
+    # once they are gone, a real client connects and produces
+    time.sleep(0.5)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    p.produce("after-limit", b"x")
+    assert p.flush(30) == 0
+
+
 def test_a_flooding_client_does_not_starve_others(kbroker_factory):
     broker = kbroker_factory()
     p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "1", "linger.ms": 0})

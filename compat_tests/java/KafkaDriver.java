@@ -61,6 +61,11 @@ import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicInteger;
 
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterClientQuotasOptions;
+import org.apache.kafka.common.quota.ClientQuotaAlteration;
+import org.apache.kafka.common.quota.ClientQuotaEntity;
+import org.apache.kafka.common.quota.ClientQuotaFilter;
+import org.apache.kafka.common.quota.ClientQuotaFilterComponent;
 import org.apache.kafka.clients.admin.QuorumInfo;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.Config;
@@ -251,6 +256,7 @@ public final class KafkaDriver {
         AtomicInteger acked = new AtomicInteger();
         AtomicInteger failed = new AtomicInteger();
         long t0 = System.currentTimeMillis();
+        double throttleMax = 0.0;
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
             List<Future<RecordMetadata>> futures = new ArrayList<>();
             for (int i = start; i < start + count; i++) {
@@ -283,8 +289,15 @@ public final class KafkaDriver {
                 if (delayMs > 0) Thread.sleep(delayMs);
             }
             producer.flush();
+            for (Map.Entry<org.apache.kafka.common.MetricName, ? extends org.apache.kafka.common.Metric> m : producer.metrics().entrySet()) {
+                if (m.getKey().group().equals("producer-metrics") && m.getKey().name().equals("produce-throttle-time-max")) {
+                    Object v = m.getValue().metricValue();
+                    if (v instanceof Double && !((Double) v).isNaN()) throttleMax = (Double) v;
+                }
+            }
         }
-        emit(obj("event", "done", "acked", acked.get(), "failed", failed.get(), "elapsed_ms", System.currentTimeMillis() - t0));
+        emit(obj("event", "done", "acked", acked.get(), "failed", failed.get(), "elapsed_ms", System.currentTimeMillis() - t0,
+                "produce_throttle_time_max", throttleMax));
         return failed.get() == 0 && acked.get() == count ? 0 : 1;
     }
 
@@ -597,6 +610,45 @@ public final class KafkaDriver {
                     emit(obj("event", "deleted-acls", "results", results));
                     return 0;
                 }
+                case "alter-client-quotas": {
+                    // --entity type=name (name <default>: the default entity) ..., --set key=value ..., --remove key ...
+                    Map<String, String> ent = new HashMap<>();
+                    for (String kv : a.all("entity")) {
+                        int eq = kv.indexOf('=');
+                        String n = kv.substring(eq + 1);
+                        ent.put(kv.substring(0, eq), n.equals("<default>") ? null : n);
+                    }
+                    List<ClientQuotaAlteration.Op> ops = new ArrayList<>();
+                    for (String kv : a.all("set")) {
+                        int eq = kv.indexOf('=');
+                        ops.add(new ClientQuotaAlteration.Op(kv.substring(0, eq), Double.parseDouble(kv.substring(eq + 1))));
+                    }
+                    for (String k : a.all("remove")) ops.add(new ClientQuotaAlteration.Op(k, null));
+                    admin.alterClientQuotas(List.of(new ClientQuotaAlteration(new ClientQuotaEntity(ent), ops)),
+                            new AlterClientQuotasOptions().validateOnly(a.bool("validate-only", false))).all().get();
+                    emit(obj("event", "altered"));
+                    return 0;
+                }
+                case "describe-client-quotas": {
+                    // --entity type=name (name <default>: the default; *: any), --strict true
+                    List<ClientQuotaFilterComponent> comps = new ArrayList<>();
+                    for (String kv : a.all("entity")) {
+                        int eq = kv.indexOf('=');
+                        String t = kv.substring(0, eq), n = kv.substring(eq + 1);
+                        comps.add(n.equals("*") ? ClientQuotaFilterComponent.ofEntityType(t)
+                                : n.equals("<default>") ? ClientQuotaFilterComponent.ofDefaultEntity(t)
+                                : ClientQuotaFilterComponent.ofEntity(t, n));
+                    }
+                    ClientQuotaFilter f = a.bool("strict", false) ? ClientQuotaFilter.containsOnly(comps) : ClientQuotaFilter.contains(comps);
+                    List<Object> out = new ArrayList<>();
+                    for (Map.Entry<ClientQuotaEntity, Map<String, Double>> e : admin.describeClientQuotas(f).entities().get().entrySet()) {
+                        Map<String, Object> names = new TreeMap<>();
+                        for (Map.Entry<String, String> x : e.getKey().entries().entrySet()) names.put(x.getKey(), x.getValue() == null ? "<default>" : x.getValue());
+                        out.add(obj("entity", names, "values", new TreeMap<>(e.getValue())));
+                    }
+                    emit(obj("event", "client-quotas", "entries", out));
+                    return 0;
+                }
                 default:
                     throw new UsageException("unknown admin subcommand: " + sub);
             }
@@ -688,7 +740,8 @@ public final class KafkaDriver {
         static final Set<String> KNOWN = Set.of("bootstrap", "topic", "count", "acks", "compression", "idempotence",
                 "linger-ms", "batch-size", "partitions", "base-ts", "ts-step", "tag", "binary", "nulls", "start-index",
                 "sync", "delay-ms", "pad", "prop", "expect", "isolation", "timeout-ms", "fetch-max-wait-ms", "timestamp",
-                "replication-factor", "config", "broker", "internal", "authorized-operations", "acl");
+                "replication-factor", "config", "broker", "internal", "authorized-operations", "acl", "entity", "set",
+                "remove", "validate-only", "strict");
 
         static Args parse(String[] argv, int from) throws UsageException {
             Args a = new Args();

@@ -21,8 +21,15 @@ listed with DescribeUserScramCredentials (kbroker's protocol codec): ``--add-con
 hashes the password, which never reaches the broker) and ``--delete-config SCRAM-SHA-512``, sent as one request
 as ``kafka-configs.sh`` does (so two changes of one user in one command get DUPLICATE_RESOURCE from the
 controller, as from Kafka's). ``--describe`` prints ``SCRAM credential configs for user-principal 'alice' are
-SCRAM-SHA-256=iterations=8192`` per user that has credentials. Client quotas (the other user configs, and the
-``clients`` / ``ips`` entity types) are not supported.
+SCRAM-SHA-256=iterations=8192`` per user that has credentials.
+
+Client quotas (KIP-546) of ``users``, ``clients`` (client ids), both together (``--entity-type users --entity-name
+alice --entity-type clients --entity-name c1``) and ``ips``, a name or ``--entity-default`` per type, in the
+order given: ``--add-config producer_byte_rate=1048576,consumer_byte_rate=2097152`` / ``--delete-config`` with
+AlterClientQuotas, ``--describe`` with DescribeClientQuotas (strict: exactly the types given; a type without a
+name matches every name of it), through kbroker's protocol codec; quota and SCRAM keys can be mixed for users as
+with ``kafka-configs.sh``. ``--describe`` prints ``Quota configs for user-principal 'alice', client-id 'c1' are
+producer_byte_rate=1048576.0`` per entity.
 """
 
 from __future__ import annotations
@@ -56,6 +63,9 @@ CONFIG_SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CO
                   3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
                   6: "DYNAMIC_BROKER_LOGGER_CONFIG", 7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG"}
 QUOTA_TYPES = ("clients", "ips")
+#: kafka-configs.sh's entity types -> ClientQuotaEntity types
+QUOTA_ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}
+IP_QUOTA_KEYS = frozenset({"connection_creation_rate"})
 OP_SET, OP_DELETE = 0, 1
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 #: Kafka's client quota keys of users (``QuotaConfig.isClientOrUserQuotaConfig``)
@@ -72,16 +82,22 @@ def build_parser() -> ToolParser:
     p.add_argument("--describe", action="store_true", help="list configs for the given entity")
     p.add_argument("--alter", action="store_true", help="alter the configuration of the entity")
     p.add_argument("--all", action="store_true", help="with --describe: every config, not only the dynamic ones")
-    p.add_argument("--entity-type", choices=[*RESOURCE_TYPES, "users", *QUOTA_TYPES],
-                   help="type of entity (topics, brokers, broker-loggers, client-metrics, groups, users)")
-    p.add_argument("--entity-name", help="name of the entity (topic name, broker id, ...)")
-    p.add_argument("--entity-default", action="store_true", help="the cluster-wide default (brokers only)")
+    p.add_argument("--entity-type", choices=[*RESOURCE_TYPES, "users", *QUOTA_TYPES], action="append",
+                   dest="entity_types", default=[],
+                   help="type of entity (topics, brokers, broker-loggers, client-metrics, groups, users, clients, "
+                        "ips); users and clients may be given together")
+    p.add_argument("--entity-name", action=_EntityName, dest="entity_names", default=[],
+                   help="name of the entity (topic name, broker id, user, client id, ip)")
+    p.add_argument("--entity-default", action=_EntityName, nargs=0, dest="entity_names",
+                   help="the default (brokers: the cluster-wide default; users, clients, ips: the default entity)")
     p.add_argument("--topic", help="shorthand for --entity-type topics --entity-name TOPIC")
     p.add_argument("--broker", help="shorthand for --entity-type brokers --entity-name BROKER")
     p.add_argument("--broker-defaults", action="store_true", help="shorthand for --entity-type brokers --entity-default")
     p.add_argument("--broker-logger", help="shorthand for --entity-type broker-loggers --entity-name BROKER")
     p.add_argument("--group", help="shorthand for --entity-type groups --entity-name GROUP")
     p.add_argument("--user", help="shorthand for --entity-type users --entity-name USER")
+    p.add_argument("--client", help="shorthand for --entity-type clients --entity-name CLIENT")
+    p.add_argument("--ip", help="shorthand for --entity-type ips --entity-name IP")
     p.add_argument("--add-config", metavar="K=V,K2=[V1,V2]", help="configs to set, comma-separated; list values "
                                                                    "in square brackets")
     p.add_argument("--add-config-file", metavar="FILE", help="a properties file of configs to set")
@@ -90,8 +106,52 @@ def build_parser() -> ToolParser:
     return p
 
 
+class _EntityName(argparse.Action):
+    """``--entity-name N`` and ``--entity-default`` in the order given (``None`` stands for the default), paired
+    with the ``--entity-type`` s in order, as kafka-configs.sh pairs them."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        names = list(getattr(namespace, self.dest) or [])
+        names.append(None if option_string == "--entity-default" else values)
+        setattr(namespace, self.dest, names)
+
+
+def _split_entities(a: Any) -> None:
+    """``a.entity_type`` / ``a.entity_name`` / ``a.entity_default`` from the lists, for a single entity."""
+    a.entity_type = a.entity_types[0] if a.entity_types else None
+    names = a.entity_names or []
+    a.entity_default = bool(names) and names[0] is None
+    a.entity_name = names[0] if names else None
+
+
+def quota_entities(p: ToolParser, a: Any) -> list[tuple[str, str | None]] | None:
+    """The client-quota entity of the command line as ``(ClientQuotaEntity type, name or None for the default)``
+    pairs, names left out (``...``-less: every name) when none is given; None when it is not a quota command."""
+    types = list(a.entity_types)
+    names = list(a.entity_names or [])
+    for value, kind in ((a.user, "users"), (a.client, "clients"), (a.ip, "ips")):
+        if value is not None:
+            types.append(kind)
+            names.append(value)
+    if not types or any(t not in QUOTA_ENTITY_TYPES for t in types):
+        return None
+    if len(set(types)) != len(types):
+        p.error("an entity type can be given only once")
+    if len(types) > 1 and set(types) != {"users", "clients"}:
+        p.error("only users and clients can be combined")
+    if len(names) > len(types):
+        p.error("there are more entity names than entity types")
+    out: list[tuple[str, str | None]] = []
+    for i, t in enumerate(types):
+        out.append((QUOTA_ENTITY_TYPES[t], names[i] if i < len(names) else ...))  # type: ignore[arg-type]
+    return out
+
+
 def resolve_entity(p: ToolParser, a: Any) -> tuple[str, str | None]:
     """(entity type, entity name or None for "all"); ``""`` is the cluster default."""
+    _split_entities(a)
+    if len(a.entity_types) > 1:
+        p.error("only users and clients can be given together as entity types")
     shorthands = [(a.topic, "topics"), (a.broker, "brokers"), (a.broker_logger, "broker-loggers"), (a.group, "groups"),
                   (a.user, "users")]
     etype, name = a.entity_type, a.entity_name
@@ -104,11 +164,9 @@ def resolve_entity(p: ToolParser, a: Any) -> tuple[str, str | None]:
         etype, a.entity_default = "brokers", True
     if not etype:
         p.error("an entity type must be specified with --entity-type (or --topic/--broker/--broker-defaults)")
-    if etype in QUOTA_TYPES:
-        raise CliError(f"entity type {etype} (client quotas) is not supported by {PROG}")
     if a.entity_default:
-        if etype not in ("brokers", "users"):
-            p.error("--entity-default is only valid with --entity-type brokers or users")
+        if etype not in ("brokers", "users", *QUOTA_TYPES):
+            p.error("--entity-default is only valid with --entity-type brokers, users, clients or ips")
         if name is not None:
             p.error("--entity-name and --entity-default can't be used together")
         name = ""
@@ -327,9 +385,10 @@ class ScramUserService:
         if unknown_delete:
             raise CliError("Only quota and SCRAM credential configs can be deleted for 'users' using "
                            f"--bootstrap-server. Unexpected config names: {','.join(unknown_delete)}")
-        if any(k in USER_QUOTA_KEYS for k in [*to_add, *to_delete]):
-            raise CliError(f"client quotas (user configs {', '.join(sorted(USER_QUOTA_KEYS))}) are not supported "
-                           f"by {PROG}")
+        to_add = {k: v for k, v in to_add.items() if k in SCRAM_MECHANISMS}
+        to_delete = [k for k in to_delete if k in SCRAM_MECHANISMS]
+        if not to_add and not to_delete:
+            return
         if self.name == "":
             raise CliError("The use of --entity-default or --user-defaults is not allowed with User SCRAM "
                            "Credentials using --bootstrap-server.")
@@ -346,7 +405,124 @@ class ScramUserService:
                 result(fut)
         except (KafkaException, ValueError, TypeError) as exc:
             raise CliError(f"Error while executing config command : {kafka_error_text(exc)}") from None
-        print(f"Completed updating config for user {self.name}.")
+
+
+class QuotaService:
+    """Client quotas of users, client ids, both, or ips (KIP-546), as Kafka's ``ConfigCommand`` handles them with
+    ``--bootstrap-server``: AlterClientQuotas / DescribeClientQuotas through kbroker's protocol codec."""
+
+    def __init__(self, args: Any, entity: list[tuple[str, Any]]) -> None:
+        self.args = args
+        self.entity = entity
+        self.props = load_properties(args.command_config)
+        self.bootstrap = args.bootstrap_server or args.bootstrap_controller
+
+    def _wire(self) -> Any:
+        from kbroker.cli._wire import WireClient
+
+        return WireClient(self.bootstrap, ssl_context=wire_ssl_context(self.props, "client quotas"))
+
+    def describe(self) -> None:
+        """``Quota configs for user-principal 'alice', client-id 'c1' are producer_byte_rate=1048576.0`` per
+        matching entity (a type without a name: every entity of it)."""
+        from kbroker.cli._wire import error_name
+        from kbroker.protocol.messages import DescribeClientQuotasRequest as Req
+
+        components = [Req.ComponentData(entity_type=t, match_type=2, match=None) if n is ...
+                      else Req.ComponentData(entity_type=t, match_type=1, match=None) if n is None
+                      else Req.ComponentData(entity_type=t, match_type=0, match=n) for t, n in self.entity]
+        with self._wire() as wire:
+            resp = wire.send(Req(components=components, strict=True))
+        if resp.error_code:
+            raise CliError(f"Error while executing config command : {error_name(resp.error_code)}"
+                           + (f": {resp.error_message}" if resp.error_message else ""))
+        for entry in resp.entries or []:
+            names = {e.entity_type: e.entity_name for e in entry.entity}
+            values = ", ".join(f"{v.key}={_double(v.value)}" for v in sorted(entry.values, key=lambda v: v.key))
+            print(f"Quota configs for {describe_entity(names)} are {values}")
+
+    def alter(self, to_add: dict[str, str], to_delete: list[str]) -> None:
+        """Set ``to_add`` (values as numbers) and remove ``to_delete`` in one AlterClientQuotas request."""
+        from kbroker.cli._wire import error_name
+        from kbroker.protocol.messages import AlterClientQuotasRequest as Req
+
+        if any(n is ... for _, n in self.entity):
+            raise CliError("--entity-name or --entity-default must be specified with --alter")
+        ops = []
+        for key, value in to_add.items():
+            try:
+                number = float(value)
+            except ValueError:
+                raise CliError(f"Cannot parse quota configuration value for {key}: {value}") from None
+            ops.append(Req.OpData(key=key, value=number, remove=False))
+        ops += [Req.OpData(key=key, value=0.0, remove=True) for key in to_delete]
+        req = Req(entries=[Req.EntryData(entity=[Req.EntityData(entity_type=t, entity_name=n) for t, n in self.entity],
+                                         ops=ops)], validate_only=False)
+        with self._wire() as wire:
+            resp = wire.send(req)
+        for entry in resp.entries:
+            if entry.error_code:
+                raise CliError(f"Error while executing config command : {error_name(entry.error_code)}"
+                               + (f": {entry.error_message}" if entry.error_message else ""))
+
+
+def describe_entity(names: dict[str, Any]) -> str:
+    """Kafka's wording of a quota entity: ``user-principal 'alice', the default client-id``."""
+    parts = []
+    for etype, label in (("user", "user-principal"), ("client-id", "client-id"), ("ip", "ip")):
+        if etype in names:
+            name = names[etype]
+            parts.append(f"the default {label}" if name is None else f"{label} '{name}'")
+    return ", ".join(parts)
+
+
+def _double(value: float) -> str:
+    """A double as Java's ``Double.toString`` prints it: ``1048576.0``, ``1.048576E7`` (from 10^7 up), ``0.5``,
+    ``1.0E-4`` (below 10^-3)."""
+    import decimal
+
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        return repr(float(value))
+    d = decimal.Decimal(repr(float(value))).normalize()
+    sign, digits, _ = d.as_tuple()
+    mantissa = "".join(map(str, digits))
+    mantissa = mantissa[0] + "." + (mantissa[1:] or "0")
+    return f"{'-' if sign else ''}{mantissa}E{d.adjusted()}"
+
+
+def run_quota_command(args: Any, entity: list[tuple[str, Any]]) -> None:
+    """--describe / --alter of a client-quota entity (with the SCRAM credentials of a single user)."""
+    types = [t for t, _ in entity]
+    single_user = types == ["user"]
+    quotas = QuotaService(args, entity)
+    if args.describe:
+        quotas.describe()
+        if single_user:
+            ScramUserService(args, "" if entity[0][1] is None else (None if entity[0][1] is ... else entity[0][1])
+                             ).describe()
+        return
+    name = entity[0][1]
+    to_add, to_delete = _alterations(args, None if name is ... else (name or ""))
+    kind = {"user": "users", "client-id": "clients", "ip": "ips"}[types[0]]
+    allowed = IP_QUOTA_KEYS if types == ["ip"] else USER_QUOTA_KEYS
+    if single_user:
+        allowed = allowed | set(SCRAM_MECHANISMS)
+    what = "connection quota" if types == ["ip"] else "quota and SCRAM credential" if single_user else "quota"
+    for verb, keys in (("added", list(to_add)), ("deleted", to_delete)):
+        unexpected = sorted(k for k in keys if k not in allowed)
+        if unexpected:
+            raise CliError(f"Only {what} configs can be {verb} for '{kind}' using --bootstrap-server. Unexpected "
+                           f"config names: {','.join(unexpected)}")
+    quota_add = {k: v for k, v in to_add.items() if k not in SCRAM_MECHANISMS}
+    quota_delete = [k for k in to_delete if k not in SCRAM_MECHANISMS]
+    if quota_add or quota_delete:
+        quotas.alter(quota_add, quota_delete)
+    if single_user and (len(quota_add) != len(to_add) or len(quota_delete) != len(to_delete)):
+        ScramUserService(args, name or "").alter()
+    if name:
+        print(f"Completed updating config for {kind[:-1]} {name}.")
+    else:
+        print(f"Completed updating default config for {kind} in the cluster.")
 
 
 def _iterations_and_password(mechanism: str, value: str) -> tuple[int, str]:
@@ -380,10 +556,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--add-config, --add-config-file and --delete-config can only be used with --alter")
 
     def body() -> int:
+        entity = quota_entities(parser, args)
+        if entity is not None and (len(entity) > 1 or entity[0][0] != "user" or entity[0][1] is not ...
+                                   or args.describe):
+            run_quota_command(args, entity)
+            return 0
         etype, name = resolve_entity(parser, args)
         svc: Any = ScramUserService(args, name) if etype == "users" else ConfigService(args, etype, name)
         try:
             svc.describe() if args.describe else svc.alter()
+            if not args.describe and etype == "users":
+                print(f"Completed updating config for user {name}.")
         finally:
             svc.close()
         return 0

@@ -178,6 +178,15 @@ _STATIC: list[tuple] = [
      "org.apache.kafka.common.replica.RackAwareReplicaSelector, an in-sync replica in the consumer's rack "
      "(docs/cluster.md). Other class names are refused.",
      (None, None, ("org.apache.kafka.common.replica.RackAwareReplicaSelector",)), True),
+    ("quota.window.num", "int", "11", LOW,
+     "Samples the client quotas' rates keep (producer_byte_rate, consumer_byte_rate, request_percentage; "
+     "kbroker/server/client_quotas.py).", (1, None, None), True),
+    ("quota.window.size.seconds", "int", "1", LOW,
+     "Seconds each sample of the client quotas' rates covers.", (1, None, None), True),
+    ("controller.quota.window.num", "int", "11", LOW,
+     "Samples the controller_mutation_rate quotas keep (KIP-599).", (1, None, None), True),
+    ("controller.quota.window.size.seconds", "int", "1", LOW,
+     "Seconds each sample of the controller_mutation_rate quotas covers.", (1, None, None), True),
     ("replication.quota.window.num", "int", "11", LOW,
      "Samples the replication throttles' byte rates keep (KIP-73; kbroker/server/replication_quota.py).",
      (1, None, None), True),
@@ -386,7 +395,10 @@ _DYNAMIC_DOCS: dict[str, tuple[str, str, bool]] = {
                                 "start-up).", True),
     "max.connections.per.ip": (MEDIUM, "The most connections from one address; more are closed at once (read at "
                                        "start-up).", True),
-    "max.connection.creation.rate": (MEDIUM, "New connections per second the broker accepts.", False),
+    "max.connection.creation.rate": (MEDIUM, "New connections per second the broker accepts on listeners other than "
+                                             "the inter-broker one (KIP-612): the acceptor waits before taking more "
+                                             "up; per listener as listener.name.<l>.max.connection.creation.rate "
+                                             "(that one read at start-up).", True),
     "producer.id.expiration.ms": (LOW, "How long an idle producer id is kept in a partition.", True),
     "transaction.partition.verification.enable": (LOW, "Verify the partitions of a transaction before appends.",
                                                   True),

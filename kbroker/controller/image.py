@@ -22,8 +22,11 @@ Replay semantics follow Kafka's metadata records (``metadata-specs/``):
 * ``AccessControlEntryRecord`` adds the ACL with its id (or replaces it); ``RemoveAccessControlEntryRecord``
   removes the ACL with that id (KIP-801); removing an id that has no ACL is a MetadataReplayError, as Kafka's
   controller refuses to replay it.
+* ``ClientQuotaRecord`` sets one quota key of a client-quota entity, or removes it when ``remove`` is set (KIP-546);
+  an entity is the tuple of its ``(entity type, name)`` pairs sorted by type, a name of None being the type's
+  default (``kbroker.controller.client_quota_control``); an entity whose last key goes is dropped.
 * ``NoOpRecord`` and the metadata transaction markers change nothing here (the controller groups
-  transactional records before they reach the delta). Quota, delegation-token, ZK-migration
+  transactional records before they reach the delta). Delegation-token, ZK-migration
   and controller-registration records are accepted and ignored for now.
 """
 
@@ -39,6 +42,7 @@ from kbroker.protocol.metadata_records import (
     BeginTransactionRecord,
     BrokerRegistrationChangeRecord,
     ClearElrRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     EndTransactionRecord,
     FeatureLevelRecord,
@@ -63,6 +67,7 @@ __all__ = [
     "TOPIC_RESOURCE",
     "INTERNAL_TOPICS",
     "BrokerRegistration",
+    "QuotaEntity",
     "Endpoint",
     "MetadataChanges",
     "MetadataDelta",
@@ -73,6 +78,7 @@ __all__ = [
     "ScramCredential",
     "TopicImage",
     "is_internal",
+    "quota_entity",
 ]
 
 #: ConfigResource types used as the first element of a configs key.
@@ -169,6 +175,16 @@ class ScramCredential:
     iterations: int
 
 
+QuotaEntity = tuple[tuple[str, "str | None"], ...]
+"""A client-quota entity: ``(entity type, name)`` pairs sorted by type, a name of None for the type's default
+(``(("client-id", None), ("user", "alice"))``: user alice with the default client id)."""
+
+
+def quota_entity(parts: Iterable[tuple[str, str | None]]) -> QuotaEntity:
+    """The :data:`QuotaEntity` of ``(entity type, name)`` pairs, in any order."""
+    return tuple(sorted(((t, n) for t, n in parts), key=lambda p: p[0]))
+
+
 @dataclass(frozen=True, slots=True)
 class MetadataImage:
     cluster_id: str
@@ -188,6 +204,9 @@ class MetadataImage:
     scram_credentials: Mapping[tuple[str, int], ScramCredential] = field(default_factory=lambda: _EMPTY)
     #: ACL id (16-byte Uuid) -> ACL (``AccessControlEntryRecord``, KIP-801; ``kbroker.controller.acl_control``)
     acls: Mapping[bytes, StandardAcl] = field(default_factory=lambda: _EMPTY)
+    #: client-quota entity -> {quota key: value} (KIP-546): an entity is a tuple of ``(entity type, name)`` sorted
+    #: by type (types ``user``, ``client-id``, ``ip``; name None: that type's default entity)
+    client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(default_factory=lambda: _EMPTY)
 
     @classmethod
     def empty(cls, cluster_id: str) -> MetadataImage:
@@ -238,12 +257,14 @@ class MetadataChanges:
     changed_scram_credentials: frozenset[tuple[str, int]] = frozenset()
     #: ids of every ACL added or removed
     changed_acls: frozenset[bytes] = frozenset()
+    #: every client-quota entity whose quotas were set or removed
+    changed_client_quotas: frozenset[QuotaEntity] = frozenset()
 
     @property
     def is_empty(self) -> bool:
         return not (self.created_topics or self.deleted_topics or self.changed_partitions or self.changed_configs
                     or self.changed_brokers or self.features_changed or self.producer_ids_changed
-                    or self.changed_scram_credentials or self.changed_acls)
+                    or self.changed_scram_credentials or self.changed_acls or self.changed_client_quotas)
 
 
 def _tup(values: Iterable[Any] | None) -> tuple[Any, ...]:
@@ -273,6 +294,8 @@ class MetadataDelta:
         self._changed_scram: set[tuple[str, int]] = set()
         self._acls: dict[bytes, StandardAcl] | None = None
         self._changed_acls: set[bytes] = set()
+        self._quotas: dict[QuotaEntity, Mapping[str, float]] | None = None
+        self._changed_quotas: set[QuotaEntity] = set()
 
     # ---- lookups through the overlay ----
     def _topic_id_by_name(self, name: str) -> bytes | None:
@@ -498,6 +521,22 @@ class MetadataDelta:
             raise MetadataReplayError(f"no ACL with id {r.id.hex()} to remove")
         self._changed_acls.add(r.id)
 
+    def _replay_client_quota(self, r: ClientQuotaRecord) -> None:
+        entity = quota_entity((e.entity_type, e.entity_name) for e in r.entity)
+        if self._quotas is None:
+            self._quotas = dict(self.image.client_quotas)
+        values = dict(self._quotas.get(entity, {}))
+        if r.remove:
+            if values.pop(r.key, None) is None:
+                return
+        else:
+            values[r.key] = float(r.value)
+        if values:
+            self._quotas[entity] = MappingProxyType(values)
+        else:
+            self._quotas.pop(entity, None)
+        self._changed_quotas.add(entity)
+
     def _replay_clear_elr(self, r: ClearElrRecord) -> None:
         topic_ids: list[bytes]
         if r.topic_name:
@@ -535,6 +574,9 @@ class MetadataDelta:
                 if self._scram is not None and self._scram.get(k) != self.image.scram_credentials.get(k)),
             changed_acls=frozenset(k for k in self._changed_acls
                                    if self._acls is not None and self._acls.get(k) != self.image.acls.get(k)),
+            changed_client_quotas=frozenset(
+                k for k in self._changed_quotas
+                if self._quotas is not None and self._quotas.get(k) != self.image.client_quotas.get(k)),
         )
 
     def apply(self) -> MetadataImage:
@@ -577,6 +619,7 @@ class MetadataDelta:
             scram_credentials=(img.scram_credentials if self._scram is None
                                else MappingProxyType(dict(self._scram))),
             acls=img.acls if self._acls is None else MappingProxyType(dict(self._acls)),
+            client_quotas=(img.client_quotas if self._quotas is None else MappingProxyType(dict(self._quotas))),
         )
 
 
@@ -605,6 +648,9 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataChanges:
             k for k in set(old.scram_credentials) | set(new.scram_credentials)
             if old.scram_credentials.get(k) != new.scram_credentials.get(k)),
         changed_acls=frozenset(k for k in set(old.acls) | set(new.acls) if old.acls.get(k) != new.acls.get(k)),
+        changed_client_quotas=frozenset(
+            k for k in set(old.client_quotas) | set(new.client_quotas)
+            if old.client_quotas.get(k) != new.client_quotas.get(k)),
     )
 
 
@@ -630,6 +676,7 @@ _HANDLERS: dict[type, Any] = {
     RemoveUserScramCredentialRecord: MetadataDelta._replay_remove_scram_credential,
     AccessControlEntryRecord: MetadataDelta._replay_acl,
     RemoveAccessControlEntryRecord: MetadataDelta._replay_remove_acl,
+    ClientQuotaRecord: MetadataDelta._replay_client_quota,
     NoOpRecord: _ignore,
     BeginTransactionRecord: _ignore,
     EndTransactionRecord: _ignore,

@@ -55,6 +55,7 @@ from kbroker.controller.image import (
 )
 from kbroker.controller.replica_placement import place_replicas
 from kbroker.controller.records import decode_metadata_record, encode_metadata_record
+from kbroker.controller.client_quota_control import plan_alter_client_quotas
 from kbroker.controller.scram_control import plan_alter_user_scram_credentials
 from kbroker.controller.snapshot import (
     SnapshotError,
@@ -1400,6 +1401,19 @@ class QuorumController:
         with self._lock:
             records, results = plan_delete_acls(self.latest_image, filters)
             if records:
+                self._commit(records)
+            return results
+
+    # ---- client quotas (KIP-546) ----
+    def alter_client_quotas(self, alterations: Sequence[Any], validate_only: bool = False
+                            ) -> list[tuple[int, str | None]]:
+        """AlterClientQuotas: ``alterations`` are (entity as (type, name) pairs, [(key, value or None to remove)]).
+        Returns ``(error_code, error_message)`` per alteration; the records of the valid ones are committed together
+        unless ``validate_only`` (rules in :mod:`kbroker.controller.client_quota_control`). Raises
+        ``KafkaError(NOT_CONTROLLER)`` on a standby."""
+        with self._lock:
+            records, results = plan_alter_client_quotas(self.latest_image, alterations)
+            if records and not validate_only:
                 self._commit(records)
             return results
 

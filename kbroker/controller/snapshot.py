@@ -38,6 +38,7 @@ from kbroker.protocol.messages.snapshot_footer_record import SnapshotFooterRecor
 from kbroker.protocol.messages.snapshot_header_record import SnapshotHeaderRecord
 from kbroker.protocol.metadata_records import (
     AccessControlEntryRecord,
+    ClientQuotaRecord,
     ConfigRecord,
     FeatureLevelRecord,
     PartitionRecord,
@@ -247,6 +248,10 @@ def decode_snapshot(data: bytes) -> list[bytes]:
 # ------------------------------------------------------------------------------------------ images
 
 
+def _entity_sort_key(entity: tuple[tuple[str, str | None], ...]) -> tuple[tuple[str, bool, str], ...]:
+    return tuple((t, n is not None, n or "") for t, n in entity)
+
+
 def image_records(image: MetadataImage) -> list[Any]:
     """The metadata records that, replayed in order into ``MetadataDelta(MetadataImage.empty(cluster_id))``,
     rebuild ``image`` (every field but ``offset``; ``cluster_id`` is not a record).
@@ -255,7 +260,8 @@ def image_records(image: MetadataImage) -> list[Any]:
     RegisterBrokerRecord per broker (by id) carrying its fencing and controlled-shutdown state; per topic (by
     name) a TopicRecord and a PartitionRecord per partition (by id); a ConfigRecord per (resource, key) (sorted);
     a UserScramCredentialRecord per SCRAM credential (by user name, then mechanism code); an
-    AccessControlEntryRecord per ACL (by id); a ProducerIdsRecord
+    AccessControlEntryRecord per ACL (by id); a ClientQuotaRecord per client-quota entity and key (by entity, then
+    key); a ProducerIdsRecord
     (broker id and epoch -1, as the image keeps neither) when ``producer_ids_next > 0``.
     """
     records: list[Any] = []
@@ -304,6 +310,10 @@ def image_records(image: MetadataImage) -> list[Any]:
                                          pattern_type=a.pattern_type, principal=a.principal, host=a.host,
                                          operation=a.operation, permission_type=a.permission_type)
                 for acl_id, a in sorted(image.acls.items())]
+    entity_data = ClientQuotaRecord.EntityData
+    records += [ClientQuotaRecord(entity=[entity_data(entity_type=t, entity_name=n) for t, n in entity], key=k, value=v)
+                for entity, values in sorted(image.client_quotas.items(), key=lambda kv: _entity_sort_key(kv[0]))
+                for k, v in sorted(values.items())]
     if image.producer_ids_next > 0:
         records.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.producer_ids_next))
     return records

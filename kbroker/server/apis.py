@@ -43,6 +43,9 @@ class RequestContext:
     connection: KafkaConnection
     header: RequestHeader
     received_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    #: throttle time of the controller mutation quota (KIP-599), set by CreateTopics / CreatePartitions /
+    #: DeleteTopics (:func:`kbroker.server.handlers.common.mutation_quota`)
+    mutation_throttle_ms: int = 0
 
     @property
     def api_version(self) -> int:
@@ -139,10 +142,50 @@ class Apis:
             raise CloseConnection(f"cannot parse {ApiKey(api_key).name} v{api_version}: {exc}") from None
         self.request_counts[api_key] = self.request_counts.get(api_key, 0) + 1
         ctx = RequestContext(self.broker, conn, header)
+        quotas = self.broker.client_quotas
+        if quotas.active and not quotas.exempt(ctx, api_key) and not controller_only(mod):
+            return await self._handle_with_quotas(ctx, mod, request, correlation_id, len(frame))
         response = await mod.handle(ctx, request)
         if response is None:
             return None
         return encode_response(api_key, api_version, correlation_id, response)
+
+    async def _handle_with_quotas(self, ctx: RequestContext, mod: ModuleType, request: Any, correlation_id: int,
+                                  request_size: int) -> list[Any] | None:
+        """Run a request counted against the client's quotas (``kbroker.server.client_quotas``): Produce bytes,
+        consumer Fetch bytes (a fetch over the quota is answered without records), the event loop's time on it;
+        a throttle time sets ``throttle_time_ms`` and mutes the connection (:meth:`KafkaConnection.throttle`)."""
+        from kbroker.server import client_quotas as cq
+
+        quotas = self.broker.client_quotas
+        conn = ctx.connection
+        api_key, api_version = ctx.header.api_key, ctx.api_version
+        principal, client_id = conn.principal, ctx.client_id
+        timed = _Timed(mod.handle(ctx, request))
+        response = await timed
+        started = time.perf_counter()
+        throttle_ms = ctx.mutation_throttle_ms
+        if api_key == ApiKey.PRODUCE:
+            throttle_ms = max(throttle_ms, quotas.record(cq.PRODUCE, principal, client_id, request_size))
+        chunks = encode_response(api_key, api_version, correlation_id, response) if response is not None else None
+        if chunks is not None and api_key == ApiKey.FETCH and quotas.has(cq.FETCH):
+            replica_id = request.replica_state.replica_id if api_version >= 15 else request.replica_id
+            if replica_id < 0:
+                size = sum(len(c) for c in chunks)
+                fetch_ms = quotas.record(cq.FETCH, principal, client_id, size)
+                if fetch_ms:
+                    quotas.unrecord(cq.FETCH, principal, client_id, size)  # the records are not sent
+                    _strip_records(response)
+                    throttle_ms = max(throttle_ms, fetch_ms)
+        busy_s = timed.busy + time.perf_counter() - started
+        throttle_ms = max(throttle_ms, quotas.record(cq.REQUEST, principal, client_id, busy_s * 100.0))
+        if throttle_ms <= 0:
+            return chunks
+        if response is not None and hasattr(response, "throttle_time_ms"):
+            response.throttle_time_ms = max(response.throttle_time_ms, throttle_ms)
+            chunks = encode_response(api_key, api_version, correlation_id, response)
+        conn.throttle(throttle_ms / 1000.0, client_side=cq.client_throttles(api_key, api_version))
+        return chunks
 
     def _api_versions_fallback(self, correlation_id: int) -> list[Any]:
         """KIP-511: answer an ApiVersions request newer than ours with a v0 body and UNSUPPORTED_VERSION."""
@@ -155,6 +198,44 @@ class Apis:
                       for k, lo, hi in self.supported_versions()],
         )
         return encode_response(ApiKey.API_VERSIONS, 0, correlation_id, resp)
+
+
+class _Timed:
+    """Await a coroutine, adding up the time its steps run on the event loop (``busy``, seconds): the time a
+    request took to handle, without the time it waited (a long-polling fetch, an acks=all produce)."""
+
+    __slots__ = ("coro", "busy")
+
+    def __init__(self, coro: Any) -> None:
+        self.coro = coro
+        self.busy = 0.0
+
+    def __await__(self) -> Any:
+        coro = self.coro
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            started = time.perf_counter()
+            try:
+                yielded = coro.throw(error) if error is not None else coro.send(value)
+            except StopIteration as stop:
+                self.busy += time.perf_counter() - started
+                return stop.value
+            self.busy += time.perf_counter() - started
+            try:
+                value, error = (yield yielded), None
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - cancellation and the like go on into the coroutine
+                value, error = None, exc
+
+
+def _strip_records(response: Any) -> None:
+    """A Fetch response without its records (Kafka answers a consumer over its quota so)."""
+    for topic in response.responses:
+        for partition in topic.partitions:
+            partition.records = b""
 
 
 def _api_name(api_key: int) -> str:

@@ -78,6 +78,10 @@ class Broker:
         #: the leader and follower replication throttles (KIP-73), following the committed metadata once partitions
         #: are hosted (_start_partitions)
         self.replication_quotas = ReplicationQuotas.from_config(config)
+        from kbroker.server.client_quotas import ClientQuotas
+
+        #: the client quotas (KIP-13/55/124/219/599), following the committed metadata (start)
+        self.client_quotas = ClientQuotas.from_config(config)
         self.group_coordinator = GroupCoordinator.for_broker(self)
         #: markers for partitions led by other brokers (a cluster only)
         self.remote_markers: Any = None
@@ -235,6 +239,10 @@ class Broker:
         cluster_broker = self.is_broker and self.metadata_quorum is not None
         if self.is_broker and not cluster_broker:
             self._start_partitions()
+        self.client_quotas.apply_image(self.controller.image)
+        self.controller.add_listener(self.client_quotas.on_metadata_update)
+        self.connection_limits.apply_image(self.controller.image)
+        self.controller.add_listener(self.connection_limits.on_metadata_update)
         freeze_long_lived("start-up")  # partitions loaded at start-up stay out of full collections
         loop = asyncio.get_running_loop()
         await self._start_metrics()
@@ -407,6 +415,7 @@ class Broker:
                 if mono - last_checkpoint >= checkpoint_interval:
                     last_checkpoint = mono
                     await asyncio.to_thread(self.log_manager.checkpoint)
+                    self.client_quotas.expire(3600.0)  # rates of quota entities idle for an hour (Kafka's sensors)
             except Exception:
                 log.exception("periodic log maintenance failed")
 

@@ -27,7 +27,13 @@ Gauges, computed when scraped from the broker's own state (so the hot path pays 
 * ``kafka_log_logcleaner_cleaner_rounds_total`` (rounds completed by the log cleaner);
 * ``kafka_server_leaderreplication_byte_rate`` / ``kafka_server_followerreplication_byte_rate``: the replication
   throttles' measured rates, bytes/s of throttled replicas' traffic (Kafka's ``byte-rate`` of the
-  ``LeaderReplication`` / ``FollowerReplication`` quotas, KIP-73; ``kbroker/server/replication_quota.py``).
+  ``LeaderReplication`` / ``FollowerReplication`` quotas, KIP-73; ``kbroker/server/replication_quota.py``);
+* client quotas (``kbroker/server/client_quotas.py``): ``kafka_server_produce_byte_rate{user,client_id}`` /
+  ``kafka_server_fetch_byte_rate`` (the measured rate of each quota entity with a producer / consumer byte-rate
+  quota), and ``kafka_server_{produce,fetch,request,controllermutation}_throttle_time_ms_total{user,client_id}``
+  (throttle time handed out; Kafka has an average ``throttle-time`` instead); ``kbroker_connection_accept_throttle_
+  seconds_total`` (the acceptors' waits for ``max.connection.creation.rate``) and
+  ``kbroker_connection_ip_rate_closed_total`` (connections closed for an ip ``connection_creation_rate``).
 
 The endpoint is served on the broker's event loop, so scrapes read consistent state without locks.
 """
@@ -104,6 +110,34 @@ class _StateCollector:
                 yield GaugeMetricFamily(f"kafka_server_{quota.replication_type.lower()}_byte_rate",
                                         f"Bytes/s of throttled replicas' traffic ({quota.replication_type} quota)",
                                         value=quota.rate())
+        client_quotas = getattr(b, "client_quotas", None)
+        if client_quotas is not None:
+            groups = {"producer_byte_rate": "produce", "consumer_byte_rate": "fetch", "request_percentage": "request",
+                      "controller_mutation_rate": "controllermutation"}
+            throttled: dict[str, Any] = {}
+            for key, user, client, ms in client_quotas.throttle_totals():
+                fam = throttled.get(key)
+                if fam is None:
+                    fam = throttled[key] = CounterMetricFamily(
+                        f"kafka_server_{groups[key]}_throttle_time_ms",
+                        f"Milliseconds of throttle time handed out for {key} (KIP-219)", labels=["user", "client_id"])
+                fam.add_metric([user, client], ms)
+            yield from throttled.values()
+            for key in ("producer_byte_rate", "consumer_byte_rate"):
+                rate = GaugeMetricFamily(f"kafka_server_{groups[key]}_byte_rate",
+                                         f"Measured rate against {key} quotas, bytes/s", labels=["user", "client_id"])
+                manager = client_quotas.managers[key]
+                for user, client in list(manager._rates):
+                    rate.add_metric([user, client], manager.measure((user, client)))
+                yield rate
+        limits = getattr(b, "connection_limits", None)
+        if limits is not None:
+            yield CounterMetricFamily("kbroker_connection_accept_throttle_seconds",
+                                      "Seconds the acceptors waited for max.connection.creation.rate (KIP-612)",
+                                      value=limits.accept_throttle_s)
+            yield CounterMetricFamily("kbroker_connection_ip_rate_closed",
+                                      "Connections closed for their address's connection_creation_rate quota",
+                                      value=limits.ip_throttled)
         cleaner = getattr(b, "log_cleaner", None)
         if cleaner is not None:
             yield CounterMetricFamily("kafka_log_logcleaner_cleaner_rounds", "Log cleaner rounds completed",

@@ -14,6 +14,18 @@ Limits a client cannot get around (issue: reliability of one node):
   must arrive whole within that time, so a frame trickled byte by byte cannot hold a connection;
 * ``max.connections`` and ``max.connections.per.ip`` / ``max.connections.per.ip.overrides`` (Kafka's keys):
   a connection over a limit is closed at once (Kafka stops accepting at the broker-wide limit instead);
+* ``max.connection.creation.rate`` (broker-wide, not on the inter-broker listener) and
+  ``listener.name.<l>.max.connection.creation.rate`` (KIP-612): each new connection is counted in the rate, and
+  while a rate is above its limit the listener takes up the next connection only after Kafka's throttle time
+  ((rate - limit) / limit x window, at most one ``quota.window.size.seconds``); a waiting connection is not read
+  from and does not count against ``max.connections`` yet, as one in Kafka's accept backlog. The rate is the
+  replication throttles' ``SimpleRate`` (at least one window), so a burst after a quiet period is one window's
+  worth (the client quotas' ``Rate`` would let ``quota.window.num - 1`` windows' worth through at once);
+* ``connection_creation_rate`` quotas of ip entities (ClientQuotaRecords, KIP-612): a connection over its
+  address's rate (the address's own quota, else the default ip's) is not counted and is closed after the
+  throttle time, so that the client does not reconnect at once;
+* client quotas (``kbroker.server.client_quotas``): a request over one gets its response at once with
+  ``throttle_time_ms`` and the connection is not read from for that time (:meth:`KafkaConnection.throttle`);
 * one request at a time per connection, reading paused while ``MAX_QUEUED_FRAMES`` wait, and the connection's
   task yields to the others after each request, so one client pipelining requests cannot starve the rest.
 
@@ -37,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from kbroker.protocol.framing import FrameDecoder, FrameError
 from kbroker.protocol.send import FileRegion
+from kbroker.server.sampled_rate import SampledRate
 
 if TYPE_CHECKING:
     from kbroker.server.broker import Broker
@@ -45,6 +58,7 @@ log = logging.getLogger(__name__)
 
 MAX_QUEUED_FRAMES = 16
 _SIZE = struct.Struct(">i")
+INT_MAX = 2**31 - 1
 
 
 class CloseConnection(Exception):
@@ -98,6 +112,10 @@ class KafkaConnection(asyncio.Protocol):
             self.sasl = SaslAuthenticator(self.security.sasl, scram_lookup(lambda: broker.controller.image))
         #: close once the response being written is out (a failed authentication)
         self.close_after_response = False
+        #: (seconds, client throttles itself) set by a request over a client quota (:meth:`throttle`)
+        self._throttle: tuple[float, bool] | None = None
+        #: total seconds this connection was muted for quotas
+        self.muted_s = 0.0
         #: monotonic time after which only re-authentication is served (``connections.max.reauth.ms``, KIP-368)
         self.session_expires_at: float | None = None
 
@@ -107,12 +125,43 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = transport.get_extra_info("peername")
         self.last_request_at = time.monotonic()
         self.frame_started_at: float | None = None
-        refused = self.broker.connection_limits.admit(self)
+        # max.connection.creation.rate (KIP-612): the acceptor takes this connection up only once the rate allows
+        delay = self.broker.connection_limits.accept_delay(self.listener_name)
+        if delay > 0:
+            transport.pause_reading()  # type: ignore[attr-defined]
+            self._paused_reading = True
+            asyncio.get_running_loop().call_later(delay, self._accept)
+        else:
+            self._accept()
+
+    def _accept(self) -> None:
+        """Take the connection up: count it (max.connections, max.connections.per.ip), check its address's
+        connection_creation_rate quota, read the TLS principal, start the request loop."""
+        transport = self.transport
+        if transport is None or self._closed:
+            return
+        if self._paused_reading:
+            self._paused_reading = False
+            transport.resume_reading()  # type: ignore[attr-defined]
+        limits = self.broker.connection_limits
+        refused = limits.admit(self)
+        if refused is None:
+            close_in = limits.ip_rate_throttle(self)
+            if close_in is not None:
+                # over its address's connection_creation_rate: closed after the throttle time, so that the client
+                # does not come straight back (KIP-612)
+                log.info("closing connection from %s in %.0f ms: connection_creation_rate of %s exceeded",
+                         self.peer, close_in * 1000, self.peer[0] if self.peer else "?")
+                limits.release(self)
+                self._closed = self._aborted = True
+                transport.pause_reading()  # type: ignore[attr-defined]
+                asyncio.get_running_loop().call_later(close_in, transport.abort)  # type: ignore[attr-defined]
+                return
         if not refused and self._tls:
             try:
                 self.principal = self.security.principal(transport)
             except Exception as exc:  # noqa: BLE001 - NoMatchingRule, an unreadable certificate
-                self.broker.connection_limits.release(self)
+                limits.release(self)
                 refused = f"authentication failed: {exc}"
         if refused:
             log.info("closing connection from %s: %s", self.peer, refused)
@@ -125,7 +174,7 @@ class KafkaConnection(asyncio.Protocol):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
-        transport.set_write_buffer_limits(high=4 << 20)
+        transport.set_write_buffer_limits(high=4 << 20)  # type: ignore[attr-defined]
         self.broker.connections.add(self)
         self._task = asyncio.get_running_loop().create_task(self._process())
 
@@ -206,6 +255,27 @@ class KafkaConnection(asyncio.Protocol):
             self.authenticated(self.sasl.principal)
         await self._write_response([token])
 
+    # ---- client quotas (KIP-219) ----
+    def throttle(self, seconds: float, client_side: bool) -> None:
+        """The request being handled is over a client quota: stop reading from this connection for ``seconds``
+        once its response is written (``client_side``: the client throttles itself too, KIP-219), or for an older
+        client hold the response back that long first."""
+        if seconds > 0:
+            self._throttle = (max(seconds, self._throttle[0] if self._throttle else 0.0), client_side)
+
+    async def _mute(self, seconds: float) -> None:
+        """Read nothing from the client for ``seconds`` (Kafka mutes the channel)."""
+        transport = self.transport
+        if transport is None or self._closed:
+            return
+        transport.pause_reading()
+        self.muted_s += seconds
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            if not self._paused_reading and not self._closed:
+                transport.resume_reading()
+
     # ---- processing ----
     def close(self) -> None:
         """Close the connection on the broker's initiative: frames still queued are not handled."""
@@ -237,8 +307,13 @@ class KafkaConnection(asyncio.Protocol):
                     log.info("closing connection from %s: %s", self.peer, exc)
                     self.close()
                     return
+                throttle, self._throttle = self._throttle, None
+                if throttle is not None and not throttle[1]:
+                    await self._mute(throttle[0])  # an old client: the response itself waits
                 if chunks is not None:
                     await self._write_response(chunks)
+                if throttle is not None and throttle[1]:
+                    await self._mute(throttle[0])
                 if self.close_after_response:
                     log.info("closing connection from %s after a failed authentication", self.peer)
                     self.close()
@@ -370,6 +445,95 @@ class ConnectionLimits:
         self.read_timeout_ms = config.get_int("kbroker.request.read.timeout.ms")
         self.per_ip: dict[str, int] = {}
         self.total = 0
+        # max.connection.creation.rate, broker-wide and per listener (KIP-612)
+        self._config = config
+        self.window_num = max(1, config.get_int("quota.window.num"))
+        self.window_ms = max(1, config.get_int("quota.window.size.seconds")) * 1000.0
+        self.inter_broker_listener = config.get("inter.broker.listener.name")
+        self.max_creation_rate = config.get_int("max.connection.creation.rate")
+        self.listener_creation_rates: dict[str, int] = {}
+        prefix, suffix = "listener.name.", ".max.connection.creation.rate"
+        for key, value in config.props.items():
+            if key.startswith(prefix) and key.endswith(suffix) and value.strip().isdigit():
+                self.listener_creation_rates[key[len(prefix):-len(suffix)].upper()] = int(value)
+        self._broker_rate = SampledRate(self.window_num, self.window_ms)
+        self._listener_rates: dict[str, SampledRate] = {}
+        self._next_accept_ms: dict[str, float] = {}
+        # connection_creation_rate quotas per address (ClientQuotaRecords of entity ip)
+        self.ip_quotas: dict[str | None, float] = {}
+        self._ip_rates: dict[str, SampledRate] = {}
+        #: connections closed for an address's connection_creation_rate; seconds the acceptor waited (metrics)
+        self.ip_throttled = 0
+        self.accept_throttle_s = 0.0
+
+    # ---- connection creation rates (KIP-612) ----
+    def apply_image(self, image: Any) -> None:
+        """Take the ip entities' ``connection_creation_rate`` quotas (None: the default ip) and a dynamic
+        ``max.connection.creation.rate`` from the committed metadata."""
+        self.ip_quotas = {}
+        for entity, values in image.client_quotas.items():
+            if len(entity) == 1 and entity[0][0] == "ip" and "connection_creation_rate" in values:
+                self.ip_quotas[entity[0][1]] = values["connection_creation_rate"]
+        rate = self._config.get_int("max.connection.creation.rate")  # server.properties, then the dynamic layers
+        for layer in (image.broker_configs(), image.broker_configs(self._config.node_id)):
+            raw = layer.get("max.connection.creation.rate")
+            if raw is not None and raw.strip().isdigit():
+                rate = int(raw)
+        self.max_creation_rate = rate
+
+    def on_metadata_update(self, old: Any, new: Any, changes: Any = None) -> None:
+        if changes is None or getattr(changes, "changed_client_quotas", None) or \
+                getattr(changes, "changed_configs", None):
+            self.apply_image(new)
+
+    def _throttle_ms(self, rate: SampledRate, limit: float, now_ms: float) -> float:
+        """Kafka's bounded throttle time: (rate - limit) / limit x window, at most one quota window."""
+        from kbroker.server.client_quotas import throttle_time_ms
+
+        return min(self.window_ms, throttle_time_ms(rate.measure(now_ms), limit, rate.window_size_ms(now_ms)))
+
+    def accept_delay(self, listener: str) -> float:
+        """Seconds until the acceptor of ``listener`` takes a connection that arrives now, as Kafka's acceptor
+        does under ``max.connection.creation.rate`` (broker-wide, not on the inter-broker listener) and
+        ``listener.name.<l>.max.connection.creation.rate``: each accepted connection is counted in the rates, and
+        while a rate is above its limit the acceptor waits (Kafka's throttle time, at most one quota window)
+        before it accepts the next one."""
+        broker_wide = listener.upper() != self.inter_broker_listener.upper() and self.max_creation_rate < INT_MAX
+        listener_limit = self.listener_creation_rates.get(listener.upper())
+        if not broker_wide and listener_limit is None:
+            return 0.0
+        now_ms = time.monotonic() * 1000.0
+        at_ms = max(now_ms, self._next_accept_ms.get(listener, 0.0))
+        throttle = 0.0
+        if broker_wide:
+            self._broker_rate.record(1, at_ms)
+            throttle = self._throttle_ms(self._broker_rate, self.max_creation_rate, at_ms)
+        if listener_limit is not None:
+            rate = self._listener_rates.setdefault(listener, SampledRate(self.window_num, self.window_ms))
+            rate.record(1, at_ms)
+            throttle = max(throttle, self._throttle_ms(rate, listener_limit, at_ms))
+        self._next_accept_ms[listener] = at_ms + throttle
+        self.accept_throttle_s += throttle / 1000.0
+        return (at_ms - now_ms) / 1000.0
+
+    def ip_rate_throttle(self, conn: KafkaConnection) -> float | None:
+        """The address's ``connection_creation_rate`` quota (its own, else the default ip's): None when this
+        connection is within it (it is counted), else the seconds after which it is closed (it is not counted)."""
+        if not self.ip_quotas:
+            return None
+        ip = conn.peer[0] if conn.peer else ""
+        limit = self.ip_quotas.get(ip, self.ip_quotas.get(None))
+        if limit is None:
+            return None
+        now_ms = time.monotonic() * 1000.0
+        rate = self._ip_rates.setdefault(ip, SampledRate(self.window_num, self.window_ms))
+        rate.record(1, now_ms)
+        throttle = self._throttle_ms(rate, limit, now_ms)
+        if throttle <= 0:
+            return None
+        rate.unrecord(1, now_ms)
+        self.ip_throttled += 1
+        return throttle / 1000.0
 
     def admit(self, conn: KafkaConnection) -> str | None:
         """Count ``conn`` in, or say why it is refused."""

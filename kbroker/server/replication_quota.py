@@ -44,10 +44,10 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from kbroker.controller.topic_configs import LONG_MAX
+from kbroker.server.sampled_rate import SampledRate
 
 if TYPE_CHECKING:
     from kbroker.controller.image import MetadataImage
@@ -82,69 +82,6 @@ class _All(frozenset):
 
 ALL_REPLICAS: frozenset[int] = _All()
 """The throttled partitions of a topic whose replicas list is ``*``."""
-
-
-@dataclass
-class _Sample:
-    start_ms: float
-    last_event_ms: float
-    value: float = 0.0
-
-
-class SampledRate:
-    """Kafka's ``SimpleRate`` over a ``WindowedSum``: a sum kept in ``window_num`` + 1 samples of ``window_ms``
-    each, measured as a rate per second. Times in ms, from the caller."""
-
-    def __init__(self, window_num: int = 11, window_ms: float = 1000.0) -> None:
-        if window_num < 1 or window_ms <= 0:
-            raise ValueError(f"window_num must be >= 1 and window_ms > 0 (got {window_num}, {window_ms})")
-        self.window_num = window_num
-        self.window_ms = window_ms
-        self._samples: list[_Sample] = []
-        self._current = 0
-
-    def record(self, value: float, now_ms: float) -> None:
-        """Add ``value`` to the current sample, first starting a new one when the current one is a window old
-        (the oldest is reused once ``window_num`` + 1 exist)."""
-        if not self._samples:
-            self._samples.append(_Sample(now_ms, now_ms))
-        sample = self._samples[self._current]
-        if now_ms - sample.start_ms >= self.window_ms:
-            self._current = (self._current + 1) % (self.window_num + 1)
-            if self._current >= len(self._samples):
-                sample = _Sample(now_ms, now_ms)
-                self._samples.append(sample)
-            else:
-                sample = self._samples[self._current]
-                sample.start_ms = sample.last_event_ms = now_ms
-                sample.value = 0.0
-        sample.value += value
-        sample.last_event_ms = now_ms
-
-    def _purge(self, now_ms: float) -> None:
-        expire_ms = self.window_num * self.window_ms
-        for s in self._samples:
-            if now_ms - s.last_event_ms >= expire_ms:  # nothing recorded in it within the monitored time
-                s.start_ms = s.last_event_ms = now_ms
-                s.value = 0.0
-
-    def total(self, now_ms: float) -> float:
-        """What the retained samples hold (after dropping the expired ones)."""
-        self._purge(now_ms)
-        return sum(s.value for s in self._samples)
-
-    def elapsed_ms(self, now_ms: float) -> float:
-        """The time since the oldest retained sample began (0 without samples)."""
-        self._purge(now_ms)
-        return now_ms - min((s.start_ms for s in self._samples), default=now_ms)
-
-    def window_size_ms(self, now_ms: float) -> float:
-        """The time the rate is measured over: :meth:`elapsed_ms`, at least one window."""
-        return max(self.elapsed_ms(now_ms), self.window_ms)
-
-    def measure(self, now_ms: float) -> float:
-        """The rate per second at ``now_ms``."""
-        return self.total(now_ms) / (self.window_size_ms(now_ms) / 1000.0)
 
 
 class ReplicationQuotaManager:

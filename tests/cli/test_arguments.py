@@ -270,3 +270,19 @@ def test_acls_argument_checks(argv, message):
         _acl_args(*argv)
     with pytest.raises(CliError, match="Invalid operation name Fly"):
         acls.filter_to_entries(_acl_args("--add", "--allow-principal", "User:a", "--operation", "Fly", "--topic", "t"))
+
+
+def test_configs_quota_entities_pair_types_and_names_in_order():
+    def entity(*argv):
+        p = configs.build_parser()
+        return configs.quota_entities(p, p.parse_args(["--bootstrap-server", "x:1", "--describe", *argv]))
+
+    assert entity("--entity-type", "users", "--entity-name", "alice", "--entity-type", "clients",
+                  "--entity-default") == [("user", "alice"), ("client-id", None)]
+    assert entity("--entity-type", "clients", "--entity-default", "--entity-type", "users", "--entity-name",
+                  "bob") == [("client-id", None), ("user", "bob")]
+    assert entity("--entity-type", "ips") == [("ip", ...)]
+    assert entity("--user", "alice", "--client", "c1") == [("user", "alice"), ("client-id", "c1")]
+    assert entity("--entity-type", "topics", "--entity-name", "t") is None
+    with pytest.raises(SystemExit):
+        entity("--entity-type", "users", "--entity-type", "ips")

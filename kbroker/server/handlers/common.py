@@ -228,6 +228,27 @@ def authorize_any_topic(ctx, operation: int) -> bool:  # noqa: ANN001
                          client_host(ctx), ctx.broker.controller.image.topics_by_name)
 
 
+THROTTLING_QUOTA_MESSAGE = "The throttling quota has been exceeded."
+
+
+def mutation_quota(ctx, items, strict: bool) -> set:  # noqa: ANN001
+    """KIP-599: count the partitions of ``items`` ((key, partitions) in request order) against the caller's
+    ``controller_mutation_rate`` (``kbroker.server.client_quotas``); returns the keys refused with
+    THROTTLING_QUOTA_EXCEEDED (``strict``: the request version knows that error) and sets the request's throttle
+    time. Nothing for a request forwarded by another node (counted there)."""
+    quotas = ctx.broker.client_quotas
+    if not quotas.has("controller_mutation_rate") or quotas.exempt(ctx, ctx.header.api_key):
+        return set()
+    principal = getattr(ctx.connection, "principal", "User:ANONYMOUS")
+    refused = set()
+    for key, partitions in items:
+        accepted, ms = quotas.record_mutations(principal, ctx.client_id, max(0, partitions), strict)
+        ctx.mutation_throttle_ms = max(ctx.mutation_throttle_ms, ms)
+        if not accepted:
+            refused.add(key)
+    return refused
+
+
 async def metadata_committed(broker) -> tuple[int, str | None]:
     """In a cluster (``controller.quorum.voters`` with other voters), wait until the metadata this request wrote
     is committed by the quorum; returns ``(error code, message)``: NONE, NOT_CONTROLLER (leadership lost first)

@@ -40,6 +40,26 @@ async def handle(ctx, request: CreatePartitionsRequest) -> R:
 
 
 async def _create(ctx, request: CreatePartitionsRequest) -> R:
+    from kbroker.protocol.errors import ErrorCode
+    from kbroker.server.handlers import common
+
+    refused: set[str] = set()
+    if not request.validate_only:  # KIP-599: v3+ answer THROTTLING_QUOTA_EXCEEDED, older ones are throttled
+        image = ctx.broker.controller.image
+        items = []
+        for t in request.topics:
+            current = image.topics_by_name.get(t.name)
+            items.append((t.name, t.count - len(current.partitions) if current is not None else 0))
+        refused = common.mutation_quota(ctx, items, strict=ctx.api_version >= 3)
+        request.topics = [t for t in request.topics if t.name not in refused]
+    resp = await _handle(ctx, request)
+    for name in sorted(refused):
+        resp.results.append(R.CreatePartitionsTopicResult(name=name, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                                                          error_message=common.THROTTLING_QUOTA_MESSAGE))
+    return resp
+
+
+async def _handle(ctx, request: CreatePartitionsRequest) -> R:
     from kbroker.server.handlers.common import maybe_forward
 
     if (forwarded := await maybe_forward(ctx, request)) is not None:

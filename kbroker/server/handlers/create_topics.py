@@ -128,6 +128,24 @@ async def handle(ctx, request: CreateTopicsRequest) -> R:
 
 
 async def _create(ctx, request: CreateTopicsRequest) -> R:
+    from kbroker.server.handlers import common
+
+    refused: set[str] = set()
+    if not request.validate_only:  # KIP-599: v6+ answer THROTTLING_QUOTA_EXCEEDED, older ones are throttled
+        default = ctx.broker.config.get_int("num.partitions")
+        refused = common.mutation_quota(ctx, [(t.name, len(t.assignments) if t.assignments else
+                                               t.num_partitions if t.num_partitions > 0 else default)
+                                              for t in request.topics], strict=ctx.api_version >= 6)
+        request.topics = [t for t in request.topics if t.name not in refused]
+    resp = await _handle(ctx, request)
+    for name in sorted(refused):
+        resp.topics.append(R.CreatableTopicResult(
+            name=name, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED, error_message=common.THROTTLING_QUOTA_MESSAGE,
+            num_partitions=-1, replication_factor=-1, configs=None))
+    return resp
+
+
+async def _handle(ctx, request: CreateTopicsRequest) -> R:
     from kbroker.server.handlers.common import maybe_forward
 
     if (forwarded := await maybe_forward(ctx, request)) is not None:

@@ -57,6 +57,29 @@ async def handle(ctx, request: DeleteTopicsRequest) -> R:
 
 
 async def _delete(ctx, request: DeleteTopicsRequest) -> R:
+    image = ctx.broker.controller.image
+    if ctx.api_version >= 6:
+        items = [((t.name, t.topic_id), image.topics_by_id.get(t.topic_id) if t.topic_id != ZERO_UUID
+                  else image.topics_by_name.get(t.name or "")) for t in request.topics]
+    else:
+        items = [((n, ZERO_UUID), image.topics_by_name.get(n)) for n in request.topic_names]
+    # KIP-599: v5+ answer THROTTLING_QUOTA_EXCEEDED, older ones are throttled
+    refused = common.mutation_quota(ctx, [(key, len(t.partitions) if t is not None else 0) for key, t in items],
+                                    strict=ctx.api_version >= 5)
+    if refused:
+        if ctx.api_version >= 6:
+            request.topics = [t for t in request.topics if (t.name, t.topic_id) not in refused]
+        else:
+            request.topic_names = [n for n in request.topic_names if (n, ZERO_UUID) not in refused]
+    resp = await _handle(ctx, request)
+    for name, topic_id in refused:
+        resp.responses.append(R.DeletableTopicResult(name=name, topic_id=topic_id,
+                                                     error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+                                                     error_message=common.THROTTLING_QUOTA_MESSAGE))
+    return resp
+
+
+async def _handle(ctx, request: DeleteTopicsRequest) -> R:
     from kbroker.server.handlers.common import maybe_forward
 
     if (forwarded := await maybe_forward(ctx, request)) is not None:
