@@ -13,5 +13,5 @@ class DenyClusterConfigs:
     """Denies ALTER_CONFIGS and DESCRIBE_CONFIGS on the CLUSTER resource (what AlterClientQuotas and
     DescribeClientQuotas need) to every principal, allows everything else."""
 
-    def authorize(self, principal, operation, resource_type, resource_name) -> bool:  # noqa: ANN001
+    def authorize(self, principal, operation, resource_type, resource_name, host) -> bool:  # noqa: ANN001
         return not (int(resource_type) == 4 and int(operation) in (10, 11))  # CLUSTER; DESCRIBE/ALTER_CONFIGS
