@@ -27,14 +27,8 @@ async def handle(ctx, request: AlterConfigsRequest) -> R:
     """ALTER_CONFIGS on each topic (else TOPIC_AUTHORIZATION_FAILED), group (GROUP_AUTHORIZATION_FAILED) or the
     cluster for the broker, broker logger and client metrics resources (CLUSTER_AUTHORIZATION_FAILED), checked on
     the node the client sent it to, as Kafka."""
-    refused = {}
-    if ctx.broker.authorizer is not None:
-        for i, r in enumerate(request.resources):
-            if code := common.config_resource_denied(ctx, AclOperation.ALTER_CONFIGS, r.resource_type,
-                                                     r.resource_name):
-                refused[i] = R.AlterConfigsResourceResponse(
-                    error_code=code, error_message=common.AUTHORIZATION_MESSAGES[code],
-                    resource_type=r.resource_type, resource_name=r.resource_name)
+    refused = common.refused_config_resources(ctx, AclOperation.ALTER_CONFIGS, request.resources,
+                                              R.AlterConfigsResourceResponse)
     return await common.answer_refused(ctx, request, "resources", "responses", refused, _alter, R)
 
 

@@ -199,6 +199,19 @@ def config_resource_denied(ctx, operation: int, config_resource_type: int, name:
     return ErrorCode.NONE if authorize(ctx, operation, rtype, CLUSTER_NAME if rtype == 4 else name) else error
 
 
+def refused_config_resources(ctx, operation: int, resources, result_type) -> dict:  # noqa: ANN001
+    """AlterConfigs / IncrementalAlterConfigs (``operation`` ALTER_CONFIGS): request index -> ``result_type`` answer
+    (error code and Kafka's message, resource type and name) of each resource the caller may not alter
+    (:func:`config_resource_denied`); empty without an authorizer. For :func:`answer_refused`."""
+    refused = {}
+    if ctx.broker.authorizer is not None:
+        for i, r in enumerate(resources):
+            if code := config_resource_denied(ctx, operation, r.resource_type, r.resource_name):
+                refused[i] = result_type(error_code=code, error_message=AUTHORIZATION_MESSAGES[code],
+                                         resource_type=r.resource_type, resource_name=r.resource_name)
+    return refused
+
+
 def cluster_authorized(ctx, operation: int) -> bool:  # noqa: ANN001
     """Whether the caller may perform ``operation`` (an ``AclOperation`` code) on the CLUSTER resource
     (``kafka-cluster``): :func:`authorize` on the cluster."""
