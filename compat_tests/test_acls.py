@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -347,26 +346,10 @@ def _describe_on(cluster: Any, node_id: int) -> list[tuple]:
                    a.permission_type) for r in resp.resources for a in r.acls)
 
 
-def _wait_everywhere(cluster: Any, want: list[tuple], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    seen: dict[int, Any] = {}
-    while time.monotonic() < deadline:
-        seen = {}
-        for i in cluster.broker_ids:
-            try:
-                seen[i] = _describe_on(cluster, i)
-            except (OSError, ValueError) as exc:
-                seen[i] = repr(exc)
-        if all(s == want for s in seen.values()):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"nodes did not all describe {want} within {timeout} s: {seen}")
-
-
 def test_cluster_acls_everywhere_and_across_a_full_restart(tmp_path):
     from kbroker.protocol.messages import CreateAclsRequest as Req
     from kbroker.protocol.messages import CreateAclsResponse as Resp
-    from kbroker.testing.cluster import KbrokerCluster, ask
+    from kbroker.testing.cluster import KbrokerCluster, ask, wait_every_node
 
     cluster = KbrokerCluster(tmp_path, nodes=3, overrides=OPEN)
     try:
@@ -386,7 +369,7 @@ def test_cluster_acls_everywhere_and_across_a_full_restart(tmp_path):
             (0, None), (KafkaError.INVALID_REQUEST, "Invalid empty resource name")]
         want = sorted([(2, "direct", 3, "User:bob", "*", 4, 2), (2, "everywhere", 3, "User:alice", "*", 3, 3),
                        (2, "p-", 4, "User:alice", "*", 3, 3)])
-        _wait_everywhere(cluster, want)
+        wait_every_node(cluster.broker_ids, lambda i: _describe_on(cluster, i), want)
         # a delete through another standby (or the active controller)
         other = next(i for i in cluster.broker_ids if i != standby)
         everywhere = AclBindingFilter(ResourceType.TOPIC, "everywhere", ResourcePatternType.ANY, None, None,
@@ -395,11 +378,11 @@ def test_cluster_acls_everywhere_and_across_a_full_restart(tmp_path):
         deleted = other_admin.delete_acls([everywhere], request_timeout=15)
         assert [key(b)[1] for b in deleted[everywhere].result(20)] == ["everywhere"]
         want = [w for w in want if w[1] != "everywhere"]
-        _wait_everywhere(cluster, want)
+        wait_every_node(cluster.broker_ids, lambda i: _describe_on(cluster, i), want)
 
         cluster.stop()
         cluster.start()
-        _wait_everywhere(cluster, want)
+        wait_every_node(cluster.broker_ids, lambda i: _describe_on(cluster, i), want)
     finally:
         cluster.stop()
 

@@ -466,28 +466,13 @@ def test_cluster_quotas_altered_through_a_standby_reach_every_node_and_survive_a
     from kbroker.protocol.messages import AlterClientQuotasResponse as Resp
     from kbroker.protocol.messages import DescribeClientQuotasRequest as DReq
     from kbroker.protocol.messages import DescribeClientQuotasResponse as DResp
-    from kbroker.testing.cluster import KbrokerCluster, ask
+    from kbroker.testing.cluster import KbrokerCluster, ask, wait_every_node
 
     def described(node: int) -> dict[Any, Any]:
         resp = ask(cluster.host, cluster.nodes[node].port, 48, 1, DReq(components=[], strict=False), DResp)
         assert resp.error_code == 0, resp
         return {tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)):
                 {v.key: v.value for v in entry.values} for entry in resp.entries}
-
-    def everywhere(want: dict[Any, Any], timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        seen: dict[int, Any] = {}
-        while time.monotonic() < deadline:
-            seen = {}
-            for i in cluster.broker_ids:
-                try:
-                    seen[i] = described(i)
-                except (OSError, ValueError) as exc:
-                    seen[i] = repr(exc)
-            if all(s == want for s in seen.values()):
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"nodes did not all describe {want} within {timeout} s: {seen}")
 
     cluster = KbrokerCluster(tmp_path, nodes=3)
     try:
@@ -502,10 +487,10 @@ def test_cluster_quotas_altered_through_a_standby_reach_every_node_and_survive_a
         assert [(e.error_code, e.error_message) for e in resp.entries] == [
             (0, None), (42, "Invalid configuration key producer_byte_rate")]
         want = {(("client-id", "c1"),): {"producer_byte_rate": 1024.0}}
-        everywhere(want)
+        wait_every_node(cluster.broker_ids, described, want)
         cluster.stop()
         cluster.start()
-        everywhere(want)
+        wait_every_node(cluster.broker_ids, described, want)
     finally:
         cluster.stop()
 

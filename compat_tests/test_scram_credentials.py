@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -244,34 +243,18 @@ def _describe_on(cluster: Any, node_id: int, users: list[str] | None) -> dict[st
     return {r.user: r.error_code or [(c.mechanism, c.iterations) for c in r.credential_infos] for r in resp.results}
 
 
-def _wait_everywhere(cluster: Any, want: dict[str, Any], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    seen: dict[int, Any] = {}
-    while time.monotonic() < deadline:
-        seen = {}
-        for i in cluster.broker_ids:
-            try:
-                seen[i] = _describe_on(cluster, i, None)
-            except (OSError, ValueError) as exc:
-                seen[i] = repr(exc)
-        if all(s == want for s in seen.values()):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"nodes did not all describe {want} within {timeout} s: {seen}")
-
-
 def test_cluster_credentials_everywhere_and_across_a_full_restart(tmp_path):
     from kbroker.protocol.messages import AlterUserScramCredentialsRequest as Req
     from kbroker.protocol.messages import AlterUserScramCredentialsResponse as Resp
     from kbroker.controller.scram_control import salted_password
-    from kbroker.testing.cluster import KbrokerCluster, ask
+    from kbroker.testing.cluster import KbrokerCluster, ask, wait_every_node
 
     cluster = KbrokerCluster(tmp_path, nodes=3)
     try:
         for i in cluster.controller_ids:  # as in Kafka, every controller is formatted with the same credentials
             cluster.format(i, "--add-scram", "SCRAM-SHA-512=[name=boot,password=boot-secret,iterations=8192]")
         cluster.start()
-        _wait_everywhere(cluster, {"boot": [(2, 8192)]})
+        wait_every_node(cluster.broker_ids, lambda i: _describe_on(cluster, i, None), {"boot": [(2, 8192)]})
 
         active = cluster.controller_id()
         standby = next(i for i in cluster.broker_ids if i != active)
@@ -286,12 +269,12 @@ def test_cluster_credentials_everywhere_and_across_a_full_restart(tmp_path):
         resp = ask(cluster.host, cluster.nodes[standby].port, 51, 0, req, Resp, timeout=20)
         assert sorted((r.user, r.error_code) for r in resp.results) == [("bob", 0), ("nobody", 91)]
         want = {"alice": [(1, 8192)], "bob": [(2, 4096)], "boot": [(2, 8192)]}
-        _wait_everywhere(cluster, want)
+        wait_every_node(cluster.broker_ids, lambda i: _describe_on(cluster, i, None), want)
         for i in cluster.broker_ids:
             assert _describe_on(cluster, i, ["alice", "zed"]) == {"alice": [(1, 8192)], "zed": 91}
 
         cluster.stop()
         cluster.start()
-        _wait_everywhere(cluster, want)
+        wait_every_node(cluster.broker_ids, lambda i: _describe_on(cluster, i, None), want)
     finally:
         cluster.stop()

@@ -406,6 +406,25 @@ def wait_until(cond: Any, timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
+def wait_every_node(node_ids: Any, answer: Any, want: Any, timeout: float = 30.0) -> None:
+    """Until ``answer(node id)`` equals ``want`` for every node of ``node_ids`` (each node asked every 0.2 s; a node
+    that cannot answer, OSError or ValueError, counts as not yet); AssertionError with every node's last answer
+    after ``timeout`` seconds. For metadata that every node must serve from its own committed image."""
+    deadline = time.monotonic() + timeout
+    seen: dict[int, Any] = {}
+    while time.monotonic() < deadline:
+        seen = {}
+        for i in node_ids:
+            try:
+                seen[i] = answer(i)
+            except (OSError, ValueError) as exc:
+                seen[i] = repr(exc)
+        if all(s == want for s in seen.values()):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"nodes did not all describe {want} within {timeout} s: {seen}")
+
+
 def quorum_leader(host: str, port: int, timeout: float = 5.0) -> int:
     """The metadata quorum's leader id as the node at ``host:port`` knows it (DescribeQuorum v0 through
     kbroker's codec; a standby answers NOT_LEADER_OR_FOLLOWER and still names the leader). -1: none known."""
