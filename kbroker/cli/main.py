@@ -2,6 +2,7 @@
 
 * ``kbroker`` with no arguments: the embedded default, one combined broker+controller on
   ``localhost:9092`` with data in ``./kbroker-data`` (formatted on first start).
+* ``kbroker --processes N``: the same node as N processes, so it uses N cores (``kbroker.cli.node_processes``).
 * ``kbroker-server-start FILE [--override key=value ...]`` (also ``kbroker server-start FILE``): start from
   a Kafka-style ``server.properties``.
 
@@ -162,10 +163,19 @@ def main(argv: list[str] | None = None) -> int:
                                  "(localhost:9092, data in ./kbroker-data)")
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--processes", type=int, default=1, metavar="N",
+                    help="run the node as N broker processes (one per core) and a controller: broker 1 on the "
+                    "listener's port, brokers 2..N on port+2.., the controller on port+1 (kbroker.cli.node_processes)")
     add_version(ap)
     args = ap.parse_args(argv)
     props = dict(EMBEDDED_DEFAULTS)
     props.update(_parse_overrides(args.override))
+    if args.processes < 1:
+        ap.error("--processes must be 1 or more")
+    if args.processes > 1:
+        from kbroker.cli import node_processes
+
+        return node_processes.run(props, args.processes, args.log_level)
     return _start(BrokerConfig(props), args.log_level)
 
 

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Produce and consume throughput of one kbroker node on 1 core and on N cores (issue 13, item 3).
+
+``kbroker`` (one process) against ``kbroker --processes N`` (N broker processes and a controller,
+kbroker.cli.node_processes), alternating, ``--rounds`` times each. Every run: a fresh data directory, a topic of
+``--partitions`` partitions (default 8, spread over the broker processes), ``--records`` records of ``--size``
+bytes (default 1,000,000 x 1 KiB) produced by ``--producers`` confluent-kafka producer processes (acks=1,
+linger.ms=5, batch.size 1 MiB), then read back by one consumer assigned every partition. Reported: MB/s of
+payload, the node's CPU seconds per GB and the cores it used (utime + stime of every process of the node, from
+/proc), medians over the rounds. The clients run on the same machine and take their share of its cores.
+
+Usage: ``python bench/multicore.py [--processes 2] [--rounds 3] [--records N] [--json out.json]``. Not a test:
+nothing asserts on speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.run import machine  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+HOST = "127.0.0.1"
+
+
+def free_port_run(width: int) -> int:
+    """A port P with P .. P + width free (the node's brokers and controller)."""
+    for _ in range(500):
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            base = s.getsockname()[1]
+        socks = []
+        try:
+            for p in range(base, base + width + 1):
+                s = socket.socket()
+                socks.append(s)
+                s.bind((HOST, p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port run")
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and its children (the node's processes)."""
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        kids = []
+    return [pid] + [int(k) for k in kids]
+
+
+def node_cpu(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return total
+
+
+class Node:
+    """``kbroker [--processes N]`` on free ports with a fresh data directory."""
+
+    def __init__(self, processes: int, root: str) -> None:
+        self.processes = processes
+        self.port = free_port_run(processes + 1)
+        self.bootstrap = f"{HOST}:{self.port}"
+        cmd = [sys.executable, "-m", "kbroker.cli.main", "--log-level", "WARNING",
+               "--override", f"listeners=PLAINTEXT://{self.bootstrap}",
+               "--override", f"advertised.listeners=PLAINTEXT://{self.bootstrap}",
+               "--override", f"log.dirs={root}/data"]
+        if processes > 1:
+            cmd += ["--processes", str(processes)]
+        self.log = open(f"{root}/node.log", "w")
+        self.proc = subprocess.Popen(cmd, cwd=root, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if len(admin.list_topics(timeout=2).brokers) == processes:
+                    break
+            except Exception:
+                pass
+            time.sleep(0.3)
+        else:
+            raise RuntimeError(f"the node of {processes} processes did not start")
+        self.pids = tree(self.proc.pid)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(120)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.log.close()
+
+
+def _produce(bootstrap: str, topic: str, count: int, size: int, out: multiprocessing.Queue) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5, "batch.size": 1 << 20,
+                         "queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_000_000})
+    payload = os.urandom(size // 2).hex().encode()[:size]
+    errors = []
+    produce = producer.produce
+    for _ in range(count):
+        while True:
+            try:
+                produce(topic, payload, on_delivery=lambda err, _m: err and errors.append(err))
+                break
+            except BufferError:
+                producer.poll(0.001)
+    producer.flush(300)
+    out.put(len(errors))
+
+
+def run_once(processes: int, args: argparse.Namespace) -> dict:
+    with tempfile.TemporaryDirectory(prefix="kb-multicore-") as root:
+        node = Node(processes, root)
+        try:
+            topic = "multicore"
+            admin = AdminClient({"bootstrap.servers": node.bootstrap})
+            admin.create_topics([NewTopic(topic, args.partitions, 1)])[topic].result(30)
+            time.sleep(1.0)
+            leaders = {p.leader for p in admin.list_topics(topic, timeout=10).topics[topic].partitions.values()}
+            per = args.records // args.producers
+            total = per * args.producers
+            q: multiprocessing.Queue = multiprocessing.Queue()
+            workers = [multiprocessing.Process(target=_produce, args=(node.bootstrap, topic, per, args.size, q))
+                       for _ in range(args.producers)]
+            cpu0, t0 = node_cpu(node.pids), time.perf_counter()
+            for w in workers:
+                w.start()
+            errors = sum(q.get(timeout=600) for _ in workers)
+            for w in workers:
+                w.join(60)
+            p_elapsed, p_cpu = time.perf_counter() - t0, node_cpu(node.pids) - cpu0
+            if errors:
+                raise RuntimeError(f"{errors} delivery errors")
+
+            consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                                 "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
+                                 "queued.max.messages.kbytes": 1048576, "fetch.wait.max.ms": 100})
+            consumer.assign([TopicPartition(topic, p, 0) for p in range(args.partitions)])
+            got = 0
+            cpu0, t0 = node_cpu(node.pids), time.perf_counter()
+            deadline = time.monotonic() + 600
+            while got < total and time.monotonic() < deadline:
+                for m in consumer.consume(10000, 1.0):
+                    if m.error() is None:
+                        got += 1
+            c_elapsed, c_cpu = time.perf_counter() - t0, node_cpu(node.pids) - cpu0
+            consumer.close()
+            if got != total:
+                raise RuntimeError(f"consumed {got} of {total}")
+        finally:
+            node.stop()
+    gb = total * args.size / 1e9
+    return {"processes": processes, "leaders": sorted(leaders),
+            "produce_MB/s": total * args.size / p_elapsed / 1e6, "produce_cpu_s_per_GB": p_cpu / gb,
+            "produce_cores": p_cpu / p_elapsed,
+            "consume_MB/s": total * args.size / c_elapsed / 1e6, "consume_cpu_s_per_GB": c_cpu / gb,
+            "consume_cores": c_cpu / c_elapsed}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--processes", type=int, default=2, help="broker processes of the multi-core node (default 2)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--producers", type=int, default=2, help="producer processes (default 2)")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    runs: dict[int, list[dict]] = {1: [], args.processes: []}
+    for r in range(args.rounds):
+        for processes in (1, args.processes):
+            res = run_once(processes, args)
+            runs[processes].append(res)
+            print(f"round {r + 1} processes {processes}: " + ", ".join(
+                f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in res.items()), flush=True)
+    summary = {}
+    for processes, results in runs.items():
+        summary[processes] = {k: statistics.median(x[k] for x in results) for k in results[0]
+                              if isinstance(results[0][k], float)}
+        print(f"median, {processes} process(es): " + ", ".join(f"{k} {v:.2f}" for k, v in summary[processes].items()))
+    one, many = summary[1], summary[args.processes]
+    print(f"{args.processes} processes / 1: produce x{many['produce_MB/s'] / one['produce_MB/s']:.2f}, "
+          f"consume x{many['consume_MB/s'] / one['consume_MB/s']:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"machine": machine(), "args": vars(args), "runs": runs,
+                                               "median": summary}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
