@@ -50,7 +50,7 @@ case "$cmd" in
     exec "$PY" -m pytest "$@"
     ;;
   bench)
-    setup_python test
+    setup_python test,bench
     exec "$PY" bench/run.py "$@"
     ;;
   *)
