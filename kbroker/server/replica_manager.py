@@ -317,6 +317,8 @@ class ReplicaManager:
         up; until its log exists a partition answers NOT_LEADER_OR_FOLLOWER, which clients retry. An I/O error
         while creating a log takes its directory offline (``KAFKA_STORAGE_ERROR`` for its partitions)."""
         node_id = self.broker.node_id
+        lm = self.broker.log_manager
+        configs: dict[str, Any] = {}
         wanted: set[tuple[str, int]] = set()
         missing: list[tuple[Any, Any]] = []
         for topic in image.topics_by_name.values():
@@ -331,7 +333,16 @@ class ReplicaManager:
                     self._remove(key)
                     part = None
                 if part is None:
-                    if key not in self.creating:
+                    loaded = lm.get_log(topic.name, p.partition_id)
+                    if loaded is not None and loaded.topic_id in (None, topic.topic_id):
+                        # loaded at start-up (LogManager.startup): attach it here without reopening it (a second
+                        # PartitionLog on the same directory from new_log would cost a reload per partition and
+                        # leave the first one's files open)
+                        if topic.name not in configs:
+                            configs[topic.name] = self.broker.log_config_for(topic.name, image)
+                        self._add(topic, p, lm.get_or_create_log(topic.name, p.partition_id, topic.topic_id,
+                                                                 configs[topic.name]))
+                    elif key not in self.creating:
                         missing.append((topic, p))
                     continue
                 self._update(part, p)
