@@ -384,7 +384,7 @@ class ConsumerGroupOps:
 
         # ---- response
         resp = Resp(member_id=member_id, member_epoch=final.member_epoch,
-                    heartbeat_interval_ms=cfg.consumer_group_heartbeat_interval_ms)
+                    heartbeat_interval_ms=self._consumer_timeouts(group_id)[1])
         full = epoch == 0 or (r.rebalance_timeout_ms != -1 and r.topic_partitions is not None and (
             r.subscribed_topic_names is not None or r.subscribed_topic_regex is not None))
         if full or dict(final.assigned) != dict(member.assigned):
@@ -509,9 +509,15 @@ class ConsumerGroupOps:
         self._cancel_consumer_member_timers(gid, member.member_id)
         return CoordinatorResult(records, response)
 
+    def _consumer_timeouts(self, group_id: str) -> tuple[int, int]:
+        """(session timeout ms, heartbeat interval ms) of consumer group ``group_id``: its group configs
+        ``consumer.session.timeout.ms`` / ``consumer.heartbeat.interval.ms`` when set, else the broker's."""
+        cfg = self.group_config(group_id)  # type: ignore[attr-defined]
+        return int(cfg["consumer.session.timeout.ms"]), int(cfg["consumer.heartbeat.interval.ms"])  # type: ignore[call-overload]
+
     def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
         self.timer.schedule(session_key(group_id, member_id),  # type: ignore[attr-defined]
-                            self.config.consumer_group_session_timeout_ms,  # type: ignore[attr-defined]
+                            self._consumer_timeouts(group_id)[0],
                             lambda: self._on_session_timeout(group_id, member_id))
 
     def _on_session_timeout(self, group_id: str, member_id: str) -> CoordinatorResult[None]:
@@ -520,7 +526,7 @@ class ConsumerGroupOps:
         if group is None or member is None:
             return CoordinatorResult()
         log.info("group %s: member %s fenced: no heartbeat within %d ms", group_id, member_id,
-                 self.config.consumer_group_session_timeout_ms)  # type: ignore[attr-defined]
+                 self._consumer_timeouts(group_id)[0])
         return self._fence_member(group, member, None)
 
     def _schedule_rebalance_timeout(self, group_id: str, member: ConsumerGroupMember) -> None:

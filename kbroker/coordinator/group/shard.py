@@ -53,7 +53,7 @@ from kbroker.coordinator.group.classic_group import (
     JoinResponder,
     SyncResponder,
 )
-from kbroker.coordinator.group.config import GroupCoordinatorConfig
+from kbroker.coordinator.group.config import GroupCoordinatorConfig, group_config
 from kbroker.coordinator.group.consumer_ops import ConsumerGroupOps
 from kbroker.coordinator.group.records import (
     group_metadata_record,
@@ -198,6 +198,12 @@ class GroupCoordinatorShard(ConsumerGroupOps):
         #: the current metadata image (topic names, ids and partition counts for consumer groups)
         self.image_provider = image_provider
         self._init_consumer_groups()
+
+    def group_config(self, group_id: str) -> dict[str, object]:
+        """Effective group configs of ``group_id`` (:func:`kbroker.coordinator.group.config.group_config`): the
+        group's dynamic configs from the current metadata image, else the broker's values."""
+        image = self.image_provider() if self.image_provider is not None else None
+        return group_config(image, self.config.group_config_defaults(), group_id)
 
     # ==================================================================================== replay
     def replay(self, offset: int, producer_id: int, producer_epoch: int, record: CoordinatorRecord) -> None:
