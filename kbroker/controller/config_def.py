@@ -249,7 +249,7 @@ _STATIC: list[tuple] = [
     ("group.consumer.migration.policy", "string", "bidirectional", MEDIUM,
      "Online conversion between classic and consumer groups (KIP-848): bidirectional, upgrade (classic to "
      "consumer only), downgrade (consumer to classic only) or disabled.",
-     (None, None, ("bidirectional", "upgrade", "downgrade", "disabled")), False),
+     (None, None, ("bidirectional", "upgrade", "downgrade", "disabled")), True),
     ("transaction.state.log.num.partitions", "int", "50", HIGH, "Partitions of __transaction_state.",
      (1, None, None), True),
     ("transaction.state.log.replication.factor", "short", "3", HIGH, "Replication factor of __transaction_state.",

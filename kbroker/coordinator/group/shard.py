@@ -55,6 +55,7 @@ from kbroker.coordinator.group.classic_group import (
 )
 from kbroker.coordinator.group.config import GroupCoordinatorConfig, group_config
 from kbroker.coordinator.group.consumer_ops import ConsumerGroupOps
+from kbroker.coordinator.group.migration import ClassicMigrationOps
 from kbroker.coordinator.group.records import (
     group_metadata_record,
     group_metadata_tombstone,
@@ -177,7 +178,7 @@ def _empty() -> CoordinatorResult[Any]:
     return CoordinatorResult()
 
 
-class GroupCoordinatorShard(ConsumerGroupOps):
+class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps):
     """Groups and offsets of one partition (see the module docstring); consumer groups (KIP-848) come from
     :class:`~kbroker.coordinator.group.consumer_ops.ConsumerGroupOps`."""
 
@@ -305,9 +306,8 @@ class GroupCoordinatorShard(ConsumerGroupOps):
         if consumer is None:
             return self._classic_join_group(meta, request, respond)
         if consumer.members:
-            # a consumer-protocol group with members: no online migration to the classic protocol
-            respond(_join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, request.member_id or UNKNOWN_MEMBER_ID))
-            return _empty()
+            # a classic member of a consumer group (online migration, kbroker.coordinator.group.migration)
+            return self.classic_join_consumer_group(meta, request, respond)
         # an empty consumer group makes way for the classic group: its records are deleted with the join
         result = self._classic_join_group(meta, request, respond)
         if request.group_id not in self.groups:
@@ -696,6 +696,8 @@ class GroupCoordinatorShard(ConsumerGroupOps):
         if not group_id:
             respond(_sync_error(ErrorCode.INVALID_GROUP_ID))
             return _empty()
+        if group_id in self.consumer_groups:
+            return self.classic_sync_consumer_group(meta, request, respond)
         group = self.groups.get(group_id)
         if group is None:
             respond(_sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
@@ -772,6 +774,8 @@ class GroupCoordinatorShard(ConsumerGroupOps):
                   instance_id: str | None) -> CoordinatorResult[int]:
         if not group_id:
             return CoordinatorResult(response=ErrorCode.INVALID_GROUP_ID)
+        if group_id in self.consumer_groups:
+            return self.classic_heartbeat_consumer_group(group_id, generation_id, member_id, instance_id)
         group = self.groups.get(group_id)
         if group is None:
             return CoordinatorResult(response=ErrorCode.UNKNOWN_MEMBER_ID)
@@ -795,6 +799,8 @@ class GroupCoordinatorShard(ConsumerGroupOps):
         """``members``: (member id, group instance id, reason). Response: (top-level error, per-member errors)."""
         if not group_id:
             return CoordinatorResult(response=(ErrorCode.INVALID_GROUP_ID, []))
+        if group_id in self.consumer_groups:
+            return self.classic_leave_consumer_group(group_id, members)
         group = self.groups.get(group_id)
         if group is None:
             return CoordinatorResult(response=(ErrorCode.UNKNOWN_MEMBER_ID, []))
