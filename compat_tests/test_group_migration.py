@@ -1,6 +1,6 @@
-"""Online migration of a live group between the classic and the consumer protocol (KIP-848), with confluent-kafka
-(librdkafka) member processes (compat_tests/test_groups_member.py) committing after every batch while a producer
-keeps writing numbered records.
+"""Online migration of a live group between the classic and the consumer protocol (KIP-848), with member processes
+of confluent-kafka (librdkafka, compat_tests/test_groups_member.py) or of the Java client
+(compat_tests/java/GroupDriver.java) committing after every batch while a producer keeps writing numbered records.
 
 The group starts with three ``group.protocol=classic`` members (eager ``range``). They are replaced one at a time by
 ``group.protocol=consumer`` members: the first one's ConsumerGroupHeartbeat upgrades the group, whose classic
@@ -33,6 +33,7 @@ from compat_tests.test_groups import (
     assert_each_once_unless_uncommitted,
     committed_offsets,
     end_offsets,
+    group_driver,
     new_topic,
     unique,
     wait_assignment,
@@ -40,22 +41,28 @@ from compat_tests.test_groups import (
 )
 
 pytestmark = pytest.mark.timeout(300)
+_FIXTURES = (group_driver,)  # a fixture of compat_tests.test_groups, used through request.getfixturevalue
 
 PARTITIONS = 6
 OVERRIDES = {"offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0",
              "group.consumer.heartbeat.interval.ms": "500", "group.consumer.session.timeout.ms": "6000"}
 
 
-@pytest.fixture
-def start_member() -> Iterator[Callable[..., Member]]:
+@pytest.fixture(params=["confluent", "java"])
+def start_member(request: pytest.FixtureRequest) -> Iterator[Callable[..., Member]]:
+    """``start(bootstrap, group, topic, protocol, name)``: a member process of the parameter's client
+    (confluent-kafka, or the Java client through compat_tests/java/GroupDriver.java)."""
+    client = request.param
+    prefix = request.getfixturevalue("group_driver") + ["member"] if client == "java" else \
+        [sys.executable, "-m", "compat_tests.test_groups_member", "--client", "confluent"]
     started: list[Member] = []
 
     def start(bootstrap: str, group: str, topic: str, protocol: str, name: str) -> Member:
-        cmd = [sys.executable, "-m", "compat_tests.test_groups_member", "--client", "confluent", "--bootstrap",
-               bootstrap, "--group", group, "--topics", topic, "--group-protocol", protocol,
-               "--assignor", "range" if protocol == "classic" else "uniform", "--session-timeout-ms", "6000",
-               "--heartbeat-interval-ms", "500", "--client-id", f"migration-{name}", "--metadata", name]
-        started.append(Member(cmd, name))
+        cmd = prefix + ["--bootstrap", bootstrap, "--group", group, "--topics", topic, "--group-protocol", protocol,
+                        "--assignor", "range" if protocol == "classic" else "uniform", "--session-timeout-ms",
+                        "6000", "--heartbeat-interval-ms", "500", "--client-id", f"migration-{name}", "--metadata",
+                        name]
+        started.append(Member(cmd, f"{client}-{name}"))
         return started[-1]
 
     yield start
