@@ -142,6 +142,8 @@ def test_group_session_timeout_expels_a_killed_member(kbroker_factory, cp_member
     wait_consumed([a, b], expected)
     wait_assignment([a, b], topic)
     assert a.assignment() and b.assignment(), "both members must own partitions before the kill"
+    described = admin.describe_consumer_groups([group], include_authorized_operations=True)[group].result(10)
+    assert {"DESCRIBE_CONFIGS", "ALTER_CONFIGS"} <= {op.name for op in described.authorized_operations}
     killed = time.monotonic()
     b.kill()
     wait_assignment([a], topic, timeout=40)

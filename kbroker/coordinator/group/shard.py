@@ -88,8 +88,9 @@ NO_GENERATION = -1
 OFFSETS_EXPIRATION_KEY = "offsets-expiration"
 #: Delay before retrying the end of a rebalance whose record could not be written.
 RETRY_BACKOFF_MS = 500
-#: Authorized operations of a group when asked for (no authorizer): READ(3), DELETE(6), DESCRIBE(8).
-GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+#: Authorized operations of a group when asked for (no authorizer): READ(3), DELETE(6), DESCRIBE(8),
+#: DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11) (Kafka's AclEntry.supportedOperations(GROUP)).
+GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
 NOT_REQUESTED_OPERATIONS = -2147483648
 
 
