@@ -1,7 +1,7 @@
 """Group configs (ConfigResource GROUP = 32, KIP-848's ``consumer.session.timeout.ms`` ...) with real clients.
 
 * confluent-kafka's AdminClient ``describe_configs`` / ``incremental_alter_configs`` / ``alter_configs`` on
-  ``ResourceType.GROUP``: every group key with its broker default (DEFAULT_CONFIG), an override (GROUP_CONFIG),
+  ``ResourceType.GROUP`` (and the Java Admin's ``describeConfigs`` through compat_tests/java/KafkaDriver.java): every group key with its broker default (DEFAULT_CONFIG), an override (GROUP_CONFIG),
   Kafka's INVALID_CONFIG messages for unknown keys, bad types, values outside the broker's bounds and a session
   timeout not above the heartbeat interval; the overrides survive a broker restart (ConfigRecords in the metadata
   log);
@@ -79,7 +79,7 @@ def cp_members() -> Iterator[Callable[..., Member]]:
         m.close()
 
 
-def test_describe_alter_validate_and_restart(kbroker_factory):
+def test_describe_alter_validate_and_restart(kbroker_factory, request):
     broker = kbroker_factory(OVERRIDES)
     admin = admin_client(broker.bootstrap)
     group = unique("gc")  # group configs need no group
@@ -118,6 +118,14 @@ def test_describe_alter_validate_and_restart(kbroker_factory):
     assert (survived["consumer.session.timeout.ms"].value, survived["consumer.session.timeout.ms"].source) == (
         "3000", ConfigSource.GROUP_CONFIG.value)
     assert survived["consumer.heartbeat.interval.ms"].value == "500"
+
+    java = request.getfixturevalue("java_driver")
+    seen = java.one(java.run(["admin", "describe-configs", "--bootstrap", broker.bootstrap, "--group", group]),
+                    "configs")
+    assert seen["resource_type"] == "GROUP" and set(seen["configs"]) == GROUP_KEYS
+    assert seen["configs"]["consumer.session.timeout.ms"] == {"value": "3000", "source": "DYNAMIC_GROUP_CONFIG",
+                                                              "read_only": False, "sensitive": False}
+    assert seen["configs"]["share.session.timeout.ms"]["source"] == "DEFAULT_CONFIG"
 
     alter(admin, group, share_auto_offset_reset=(DELETE, None))
     assert describe(admin, group)["share.auto.offset.reset"].source == ConfigSource.DEFAULT_CONFIG.value
