@@ -61,6 +61,26 @@ def render() -> str:
         synonyms = ", ".join(f"`{b}`" for b, _ in BROKER_TO_TOPIC_KEYS.get(name, ()))
         out.append(f"| `{name}` | {key.type} | {_cell(key.default or '')} | {_cell(valid)} | {synonyms} | "
                    f"{_cell(TOPIC_DOCS.get(name, ''))} |")
+    from kbroker.controller.group_configs import GROUP_BROKER_SYNONYMS, GROUP_CONFIG_KEYS, GROUP_DOCS, USED_GROUP_KEYS
+
+    out += [
+        "",
+        "## Group keys",
+        "",
+        "Set per group (ConfigResource type GROUP; `kbroker-configs --alter --entity-type groups --entity-name G`,",
+        "AdminClient `incrementalAlterConfigs`); the group need not exist. A group without its own value takes the",
+        "broker key named in the last column, then Kafka's default. Values must lie within the broker's bounds",
+        "(`group.consumer.min.session.timeout.ms` ...; docs/groups.md).",
+        "",
+        "| Key | Type | Default | Valid values | Used | Broker key | Description |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, key in sorted(GROUP_CONFIG_KEYS.items()):
+        valid = ConfigDef(key, "", "").valid_values()
+        synonym = GROUP_BROKER_SYNONYMS.get(name)
+        out.append(f"| `{name}` | {key.type} | {_cell(key.default or '')} | {_cell(valid)} | "
+                   f"{'yes' if name in USED_GROUP_KEYS else 'no'} | {f'`{synonym}`' if synonym else ''} | "
+                   f"{_cell(GROUP_DOCS.get(name, ''))} |")
     return "\n".join(out) + "\n"
 
 

@@ -26,7 +26,7 @@
 //       create-topic --topic T [--partitions 1] [--replication-factor 1] [--config k=v ...]
 //       describe-topic --topic T [--authorized-operations true] | list-topics | delete-topic --topic T
 //       describe-cluster [--authorized-operations true]
-//       describe-configs (--topic T | --broker ID)
+//       describe-configs (--topic T | --broker ID | --group G)
 //       create-acls --acl A ... | describe-acls --acl F | delete-acls --acl F ...  (A / F:
 //       TYPE,name,PATTERN,principal,host,OPERATION,PERMISSION; an empty field of a filter matches any)
 //   spec          --count N [--start-index 0] plus produce's content options: prints the records produce
@@ -557,7 +557,8 @@ public final class KafkaDriver {
                     ConfigResource res;
                     if (a.has("topic")) res = new ConfigResource(ConfigResource.Type.TOPIC, a.req("topic"));
                     else if (a.has("broker")) res = new ConfigResource(ConfigResource.Type.BROKER, a.req("broker"));
-                    else throw new UsageException("describe-configs needs --topic T or --broker ID");
+                    else if (a.has("group")) res = new ConfigResource(ConfigResource.Type.GROUP, a.req("group"));
+                    else throw new UsageException("describe-configs needs --topic T, --broker ID or --group G");
                     Config cfg = admin.describeConfigs(List.of(res)).all().get().get(res);
                     Map<String, Object> entries = new TreeMap<>();
                     for (ConfigEntry e : cfg.entries()) {
@@ -740,8 +741,8 @@ public final class KafkaDriver {
         static final Set<String> KNOWN = Set.of("bootstrap", "topic", "count", "acks", "compression", "idempotence",
                 "linger-ms", "batch-size", "partitions", "base-ts", "ts-step", "tag", "binary", "nulls", "start-index",
                 "sync", "delay-ms", "pad", "prop", "expect", "isolation", "timeout-ms", "fetch-max-wait-ms", "timestamp",
-                "replication-factor", "config", "broker", "internal", "authorized-operations", "acl", "entity", "set",
-                "remove", "validate-only", "strict");
+                "replication-factor", "config", "broker", "group", "internal", "authorized-operations", "acl",
+                "entity", "set", "remove", "validate-only", "strict");
 
         static Args parse(String[] argv, int from) throws UsageException {
             Args a = new Args();

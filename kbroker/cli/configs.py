@@ -61,7 +61,7 @@ SINGULAR = {"topics": "topic", "brokers": "broker", "broker-loggers": "broker-lo
             "client-metrics": "client-metric", "groups": "group", "users": "user"}
 CONFIG_SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG",
                   3: "DYNAMIC_DEFAULT_BROKER_CONFIG", 4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG",
-                  6: "DYNAMIC_BROKER_LOGGER_CONFIG", 7: "CLIENT_METRICS_CONFIG", 8: "GROUP_CONFIG"}
+                  6: "DYNAMIC_BROKER_LOGGER_CONFIG", 7: "CLIENT_METRICS_CONFIG", 8: "DYNAMIC_GROUP_CONFIG"}
 QUOTA_TYPES = ("clients", "ips")
 #: kafka-configs.sh's entity types -> ClientQuotaEntity types
 QUOTA_ENTITY_TYPES = {"users": "user", "clients": "client-id", "ips": "ip"}

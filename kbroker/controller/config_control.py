@@ -11,7 +11,7 @@ Per resource, in Kafka's order:
 1. a resource named twice in one request: INVALID_REQUEST for every occurrence;
 2. a key named twice: INVALID_REQUEST "Error due to duplicate config keys";
 3. a null value for anything but DELETE: INVALID_REQUEST "Null value not supported for : <keys>";
-4. resource type: TOPIC (2) and BROKER (4) are supported; BROKER names must be ``""`` (cluster default), this
+4. resource type: TOPIC (2), BROKER (4) and GROUP (32, :mod:`kbroker.controller.group_configs`) are supported; BROKER names must be ``""`` (cluster default), this
    node's id or, in a cluster, the id of a registered broker (the request was forwarded by that broker, which
    checked that it names itself: ``kbroker.server.handlers.common.misdirected_broker_resources``, Kafka's
    ``ConfigAdminManager``); other types get INVALID_REQUEST;
@@ -21,7 +21,9 @@ Per resource, in Kafka's order:
 6. validation of the configs the resource would end up with: topics with
    :func:`~kbroker.controller.topic_configs.validate_topic_configs` (INVALID_CONFIG), then the topic must exist
    (UNKNOWN_TOPIC_OR_PARTITION); brokers with
-   :func:`~kbroker.controller.broker_configs.validate_broker_configs` (INVALID_REQUEST).
+   :func:`~kbroker.controller.broker_configs.validate_broker_configs` (INVALID_REQUEST); groups with
+   :func:`~kbroker.controller.group_configs.validate_group_configs` against the broker's bounds (INVALID_CONFIG; the
+   group need not exist, as Kafka).
 
 Legacy AlterConfigs replaces the resource's whole set: keys not named are deleted.
 """
@@ -31,6 +33,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from kbroker.controller.broker_configs import DYNAMIC_BROKER_CONFIGS, is_list_config, validate_broker_configs
+from kbroker.controller.group_configs import GROUP_CONFIG_KEYS, GROUP_RESOURCE, validate_group_configs
 from kbroker.controller.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from kbroker.controller.topic_configs import TOPIC_CONFIG_KEYS, validate_topic_configs
 from kbroker.protocol.errors import ErrorCode, KafkaError
@@ -49,7 +52,7 @@ LegacyResource = tuple[int, str, Sequence[tuple[str, "str | None"]]]
 
 
 def _check_resource(rtype: int, name: str, node_id: int, image: MetadataImage) -> None:
-    if rtype == TOPIC_RESOURCE:
+    if rtype in (TOPIC_RESOURCE, GROUP_RESOURCE):
         return
     if rtype == BROKER_RESOURCE:
         if name == "":
@@ -67,14 +70,17 @@ def _check_resource(rtype: int, name: str, node_id: int, image: MetadataImage) -
 
 
 def _default_parts(rtype: int, key: str) -> list[str]:
-    spec = TOPIC_CONFIG_KEYS.get(key) if rtype == TOPIC_RESOURCE else DYNAMIC_BROKER_CONFIGS.get(key)
+    spec = TOPIC_CONFIG_KEYS.get(key) if rtype == TOPIC_RESOURCE else GROUP_CONFIG_KEYS.get(key) \
+        if rtype == GROUP_RESOURCE else DYNAMIC_BROKER_CONFIGS.get(key)
     default = spec.default if spec is not None else None
     return [p for p in (default or "").split(",") if p]
 
 
 def _validate(image: MetadataImage, rtype: int, name: str, configs: Mapping[str, str | None],
-              remote_storage_enabled: bool) -> None:
-    if rtype == TOPIC_RESOURCE:
+              remote_storage_enabled: bool, broker_props: Mapping[str, str]) -> None:
+    if rtype == GROUP_RESOURCE:
+        validate_group_configs(name, {k: v for k, v in configs.items() if v is not None}, broker_props)
+    elif rtype == TOPIC_RESOURCE:
         from kbroker.controller.quorum_controller import validate_topic_name
 
         why = validate_topic_name(name)
@@ -108,8 +114,10 @@ def _duplicate_resources(resources: Sequence[tuple[int, str, Any]]) -> set[tuple
 
 
 def plan_incremental_alter_configs(image: MetadataImage, node_id: int, resources: Sequence[IncrementalResource],
-                                   remote_storage_enabled: bool = False) -> tuple[list[ConfigRecord], list[Result]]:
-    """Records and per-resource results for IncrementalAlterConfigs (see the module docstring)."""
+                                   remote_storage_enabled: bool = False, broker_props: Mapping[str, str] | None = None
+                                   ) -> tuple[list[ConfigRecord], list[Result]]:
+    """Records and per-resource results for IncrementalAlterConfigs (see the module docstring); ``broker_props``
+    are the broker's configs (group config bounds)."""
     dups = _duplicate_resources(resources)
     records: list[ConfigRecord] = []
     results: list[Result] = []
@@ -132,10 +140,11 @@ def plan_incremental_alter_configs(image: MetadataImage, node_id: int, resources
                 elif op == DELETE:
                     new[key] = None
                 elif op in (APPEND, SUBTRACT):
-                    is_list = (TOPIC_CONFIG_KEYS[key].type == "list" if key in TOPIC_CONFIG_KEYS else False) \
-                        if rtype == TOPIC_RESOURCE else is_list_config(key)
+                    specs = TOPIC_CONFIG_KEYS if rtype == TOPIC_RESOURCE else GROUP_CONFIG_KEYS
+                    is_list = (specs[key].type == "list" if key in specs else False) \
+                        if rtype in (TOPIC_RESOURCE, GROUP_RESOURCE) else is_list_config(key)
                     if not is_list:
-                        if rtype == TOPIC_RESOURCE:
+                        if rtype in (TOPIC_RESOURCE, GROUP_RESOURCE):
                             raise KafkaError(ErrorCode.INVALID_CONFIG,
                                              f"Can't {_OP_NAMES[op]} to key {key} because its type is not LIST.")
                         verb = "append" if op == APPEND else "subtract"
@@ -151,7 +160,7 @@ def plan_incremental_alter_configs(image: MetadataImage, node_id: int, resources
                     new[key] = ",".join(parts)
                 else:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {op}")
-            _validate(image, rtype, name, new, remote_storage_enabled)
+            _validate(image, rtype, name, new, remote_storage_enabled, broker_props or {})
             records.extend(_records(rtype, name, current, new, keys))
             results.append((ErrorCode.NONE, None))
         except KafkaError as exc:
@@ -160,7 +169,8 @@ def plan_incremental_alter_configs(image: MetadataImage, node_id: int, resources
 
 
 def plan_legacy_alter_configs(image: MetadataImage, node_id: int, resources: Sequence[LegacyResource],
-                              remote_storage_enabled: bool = False) -> tuple[list[ConfigRecord], list[Result]]:
+                              remote_storage_enabled: bool = False, broker_props: Mapping[str, str] | None = None
+                              ) -> tuple[list[ConfigRecord], list[Result]]:
     """Records and per-resource results for the legacy AlterConfigs: each resource's set is replaced."""
     dups = _duplicate_resources(resources)
     records: list[ConfigRecord] = []
@@ -178,7 +188,7 @@ def plan_legacy_alter_configs(image: MetadataImage, node_id: int, resources: Seq
             _check_resource(rtype, name, node_id, image)
             current = dict(image.configs.get((rtype, name), {}))
             new: dict[str, str | None] = dict(entries)
-            _validate(image, rtype, name, new, remote_storage_enabled)
+            _validate(image, rtype, name, new, remote_storage_enabled, broker_props or {})
             records.extend(_records(rtype, name, current, new, keys))
             records.extend(ConfigRecord(resource_type=rtype, resource_name=name, name=k, value=None)
                            for k in sorted(current) if k not in new)

@@ -1354,7 +1354,8 @@ class QuorumController:
         :mod:`kbroker.controller.config_control`)."""
         with self._lock:
             records, results = plan_incremental_alter_configs(
-                self.latest_image, self.node_id, resources, self.config.get_bool("remote.log.storage.system.enable"))
+                self.latest_image, self.node_id, resources, self.config.get_bool("remote.log.storage.system.enable"),
+                broker_props=self.config.props)
             if records and not validate_only:
                 self._commit(records)
             return results
@@ -1364,7 +1365,8 @@ class QuorumController:
         """Legacy AlterConfigs: each resource's dynamic configs become exactly ``[(key, value)]``."""
         with self._lock:
             records, results = plan_legacy_alter_configs(
-                self.latest_image, self.node_id, resources, self.config.get_bool("remote.log.storage.system.enable"))
+                self.latest_image, self.node_id, resources, self.config.get_bool("remote.log.storage.system.enable"),
+                broker_props=self.config.props)
             if records and not validate_only:
                 self._commit(records)
             return results

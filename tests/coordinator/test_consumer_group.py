@@ -407,9 +407,10 @@ def test_list_describe_and_classic_interplay():
     cd = h.shard.consumer_group_describe("g", False, 0)
     assert cd.error_code == 0 and cd.group_state == "Stable" and cd.assignor_name == "uniform"
     assert cd.members[0].assignment.topic_partitions[0].topic_name == "t1"
-    # a classic JoinGroup into a consumer group with members
-    join = h.join("g")
-    assert join.response.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    # a classic JoinGroup into a consumer group with members (online migration): another protocol type, or a
+    # subscription that is not a ConsumerProtocolSubscription, is refused
+    assert h.join("g", protocol_type="connect").response.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert h.join_new("g").response.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     # ConsumerGroupDescribe of a classic group
     h.commit("simple", {("t1", 0): 1})
     assert h.shard.consumer_group_describe("simple", False, 0).error_code == ErrorCode.GROUP_ID_NOT_FOUND

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
+from kbroker.controller.group_configs import GROUP_RESOURCE, effective_group_config
 from kbroker.coordinator.group.assignors import parse_assignors
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -25,7 +26,14 @@ DEFAULTS: dict[str, int] = {
     "group.consumer.heartbeat.interval.ms": 5000,
     "group.consumer.session.timeout.ms": 45000,
     "group.consumer.max.size": 2147483647,
+    "group.consumer.min.session.timeout.ms": 45000,
+    "group.consumer.max.session.timeout.ms": 60000,
+    "group.consumer.min.heartbeat.interval.ms": 5000,
+    "group.consumer.max.heartbeat.interval.ms": 15000,
 }
+
+#: ``group.consumer.migration.policy`` values (KIP-848 online upgrade / downgrade); Kafka's default first.
+MIGRATION_POLICIES = ("bidirectional", "upgrade", "downgrade", "disabled")
 
 #: ``group.consumer.assignors``: Kafka's default lists the uniform assignor first (the default), then range.
 DEFAULT_CONSUMER_ASSIGNORS = ("uniform", "range")
@@ -48,6 +56,16 @@ class GroupCoordinatorConfig:
     consumer_group_max_size: int = DEFAULTS["group.consumer.max.size"]
     #: server-side assignor names; the first is used when members name none
     consumer_group_assignors: tuple[str, ...] = DEFAULT_CONSUMER_ASSIGNORS
+    #: ``group.consumer.migration.policy``: one of :data:`MIGRATION_POLICIES`
+    consumer_group_migration_policy: str = MIGRATION_POLICIES[0]
+    #: the broker's configs as given (group configs take their defaults and bounds from them)
+    props: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def group_config_defaults(self) -> dict[str, str]:
+        """The broker keys group configs take defaults and bounds from: :attr:`props` with this config's consumer
+        session timeout and heartbeat interval."""
+        return {**self.props, "group.consumer.session.timeout.ms": str(self.consumer_group_session_timeout_ms),
+                "group.consumer.heartbeat.interval.ms": str(self.consumer_group_heartbeat_interval_ms)}
 
     @classmethod
     def from_broker_config(cls, config: Any) -> GroupCoordinatorConfig:
@@ -60,6 +78,8 @@ class GroupCoordinatorConfig:
             return int(str(value).strip())
 
         assignors = str(config.props.get("group.consumer.assignors") or "").strip() if hasattr(config, "props") else ""
+        props = dict(config.props) if hasattr(config, "props") else {}
+        policy = str(props.get("group.consumer.migration.policy") or MIGRATION_POLICIES[0]).strip().lower()
         return cls(
             offsets_topic_num_partitions=get("offsets.topic.num.partitions"),
             offsets_topic_replication_factor=get("offsets.topic.replication.factor"),
@@ -75,4 +95,16 @@ class GroupCoordinatorConfig:
             consumer_group_session_timeout_ms=get("group.consumer.session.timeout.ms"),
             consumer_group_max_size=get("group.consumer.max.size"),
             consumer_group_assignors=parse_assignors(assignors) if assignors else DEFAULT_CONSUMER_ASSIGNORS,
+            consumer_group_migration_policy=policy if policy in MIGRATION_POLICIES else MIGRATION_POLICIES[0],
+            props=props,
         )
+
+
+def group_config(image: Any, broker_props: Mapping[str, str], group_id: str) -> dict[str, object]:
+    """The configs a coordinator uses for group ``group_id``: every key of
+    :data:`kbroker.controller.group_configs.GROUP_CONFIG_KEYS` (``consumer.session.timeout.ms`` int ms,
+    ``share.auto.offset.reset`` str, ``share.renew.acknowledge.enable`` bool ...), from the group's dynamic configs
+    in the metadata ``image`` (ConfigResource GROUP), else the broker's synonym in ``broker_props``
+    (``group.consumer.session.timeout.ms`` ...), else Kafka's default. ``image`` may be None (broker values)."""
+    overrides = image.configs.get((GROUP_RESOURCE, group_id), {}) if image is not None else {}
+    return effective_group_config(overrides, broker_props)

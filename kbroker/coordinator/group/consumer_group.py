@@ -81,8 +81,22 @@ def freeze(assignment: Mapping[bytes, Iterable[int]]) -> dict[bytes, frozenset[i
 
 
 @dataclass(frozen=True)
+class ClassicMemberMetadata:
+    """What a member of the classic protocol inside a consumer group (KIP-848 online migration) sent in its
+    JoinGroup: the session timeout (ms) and its protocols ``(name, ConsumerProtocolSubscription bytes)``, in
+    preference order (record 5's ``ClassicMemberMetadata``)."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    def protocol_names(self) -> set[str]:
+        return {name for name, _ in self.protocols}
+
+
+@dataclass(frozen=True)
 class ConsumerGroupMember:
-    """A member: its subscription (record 5) and its current assignment (record 8)."""
+    """A member: its subscription (record 5) and its current assignment (record 8). ``classic`` is set for a
+    member that uses the classic protocol (JoinGroup / SyncGroup / Heartbeat) inside a consumer group."""
 
     member_id: str
     instance_id: str | None = None
@@ -98,13 +112,14 @@ class ConsumerGroupMember:
     state: MemberState = MemberState.STABLE
     assigned: Partitions = field(default_factory=dict)
     pending_revocation: Partitions = field(default_factory=dict)
+    classic: ClassicMemberMetadata | None = None
 
     def is_reconciled_to(self, assignment_epoch: int) -> bool:
         return self.state is MemberState.STABLE and self.member_epoch == assignment_epoch
 
     def subscription_key(self) -> tuple[Any, ...]:
         return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topic_names,
-                self.subscribed_topic_regex, self.rebalance_timeout_ms, self.server_assignor)
+                self.subscribed_topic_regex, self.rebalance_timeout_ms, self.server_assignor, self.classic)
 
     def assignment_key(self) -> tuple[Any, ...]:
         return (self.member_epoch, self.previous_member_epoch, self.state, dict(self.assigned),
@@ -179,6 +194,20 @@ class ConsumerGroup:
                 names.update(regexes[m.subscribed_topic_regex].topics)
         return names
 
+    def waiting_on_unreleased_partition(self, member: ConsumerGroupMember) -> bool:
+        """Whether an UNRELEASED_PARTITIONS member still waits for a target partition another member holds."""
+        if member.state is not MemberState.UNRELEASED_PARTITIONS:
+            return False
+        for tid, ps in self.target_assignment.get(member.member_id, {}).items():
+            have = member.assigned.get(tid, frozenset())
+            if any(p not in have and self.current_partition_epoch(tid, p) != -1 for p in ps):
+                return True
+        return False
+
+    def all_classic_except(self, member_id: str) -> bool:
+        """Whether every member but ``member_id`` uses the classic protocol."""
+        return all(m.classic is not None for mid, m in self.members.items() if mid != member_id)
+
     def is_subscribed_to(self, topic: str) -> bool:
         return topic in self.subscribed_topic_names()
 
@@ -231,12 +260,16 @@ class ConsumerGroup:
                     del self.static_members[old.instance_id]
             return
         base = old or ConsumerGroupMember(member_id)
+        cm = value.classic_member_metadata
+        classic = ClassicMemberMetadata(cm.session_timeout_ms, tuple((p.name, bytes(p.metadata))
+                                                                    for p in cm.supported_protocols)) \
+            if cm is not None and cm.supported_protocols else None
         member = replace(base, instance_id=value.instance_id, rack_id=value.rack_id, client_id=value.client_id,
                          client_host=value.client_host,
                          subscribed_topic_names=tuple(sorted(value.subscribed_topic_names)),
                          subscribed_topic_regex=value.subscribed_topic_regex or None,
                          rebalance_timeout_ms=value.rebalance_timeout_ms,
-                         server_assignor=value.server_assignor or None)
+                         server_assignor=value.server_assignor or None, classic=classic)
         self.members[member_id] = member
         if old is not None and old.instance_id is not None and old.instance_id != member.instance_id \
                 and self.static_members.get(old.instance_id) == member_id:
@@ -395,7 +428,9 @@ def member_subscription_record(group_id: str, m: ConsumerGroupMember) -> Coordin
         subscribed_topic_names=list(m.subscribed_topic_names), subscribed_topic_regex=m.subscribed_topic_regex,
         rebalance_timeout_ms=m.rebalance_timeout_ms, server_assignor=m.server_assignor,
         # an empty struct is the field's default: not written (null, as Kafka writes for consumer members)
-        classic_member_metadata=V.ClassicMemberMetadata()))
+        classic_member_metadata=V.ClassicMemberMetadata() if m.classic is None else V.ClassicMemberMetadata(
+            session_timeout_ms=m.classic.session_timeout_ms,
+            supported_protocols=[V.ClassicProtocol(name=n, metadata=md) for n, md in m.classic.protocols])))
 
 
 def member_subscription_tombstone(group_id: str, member_id: str) -> CoordinatorRecord:

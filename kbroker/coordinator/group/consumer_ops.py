@@ -14,8 +14,9 @@ ConsumerGroupHeartbeat (the behaviour of Kafka's coordinator, re-stated):
    id; any other negative epoch. Unknown server assignor -> UNSUPPORTED_ASSIGNOR; a regex Python's ``re``
    cannot compile -> INVALID_REGULAR_EXPRESSION.
 2. **Group**: epoch 0 creates the group (an *empty* classic group of that id is deleted first; a classic group
-   with members -> GROUP_ID_NOT_FOUND "not a consumer group": there is no online migration); any other epoch
-   for an unknown group -> GROUP_ID_NOT_FOUND. A new member beyond ``group.consumer.max.size`` ->
+   with members is upgraded online when ``group.consumer.migration.policy`` allows it, else GROUP_ID_NOT_FOUND
+   "not a consumer group": :mod:`kbroker.coordinator.group.migration`); any other epoch for an unknown group ->
+   GROUP_ID_NOT_FOUND. A new member beyond ``group.consumer.max.size`` ->
    GROUP_MAX_SIZE_REACHED.
 3. **Member**: a dynamic member unknown to the group with epoch != 0 -> UNKNOWN_MEMBER_ID. An epoch above the
    member's -> FENCED_MEMBER_EPOCH; below it -> FENCED_MEMBER_EPOCH too, unless it is the member's previous
@@ -39,7 +40,8 @@ ConsumerGroupHeartbeat (the behaviour of Kafka's coordinator, re-stated):
    timer (``group.consumer.session.timeout.ms``) restarts: a member that does not heartbeat in time is
    removed (records tombstoned, group epoch + 1) and learns it through UNKNOWN_MEMBER_ID.
 
-Leaving: epoch -1 removes the member the same way; a static member's epoch -2 keeps it (and its partitions)
+Leaving: epoch -1 removes the member the same way (a consumer group left with classic members only is
+downgraded to a classic group, :mod:`kbroker.coordinator.group.migration`); a static member's epoch -2 keeps it (and its partitions)
 with epoch -2 until its session timeout, so that it can come back under a new member id.
 """
 
@@ -80,6 +82,7 @@ from kbroker.coordinator.group.consumer_group import (
     target_assignment_epoch_record,
     target_assignment_record,
 )
+from kbroker.coordinator.group.migration import join_timeout_key, sync_timeout_key
 from kbroker.coordinator.runtime import CoordinatorRecord, CoordinatorResult
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import (
@@ -97,6 +100,8 @@ Described = ConsumerGroupDescribeResponse
 CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION = 1
 #: ConsumerGroupDescribe v1 ``MemberType``: 1 = a member of the consumer protocol
 MEMBER_TYPE_CONSUMER = 1
+#: ... and 0 = a member of the classic protocol inside a consumer group (online migration)
+MEMBER_TYPE_CLASSIC = 0
 
 Owned = list[tuple[bytes, list[int]]] | None
 
@@ -171,6 +176,8 @@ class ConsumerGroupOps:
     def _cancel_consumer_member_timers(self, group_id: str, member_id: str) -> None:
         self.timer.cancel(session_key(group_id, member_id))  # type: ignore[attr-defined]
         self.timer.cancel(rebalance_key(group_id, member_id))  # type: ignore[attr-defined]
+        self.timer.cancel(join_timeout_key(group_id, member_id))  # type: ignore[attr-defined]
+        self.timer.cancel(sync_timeout_key(group_id, member_id))  # type: ignore[attr-defined]
 
     def _consumer_groups_loaded(self) -> None:
         """After loading: every member gets a session timer, members that must revoke a rebalance timer."""
@@ -251,17 +258,27 @@ class ConsumerGroupOps:
         cfg = self.config  # type: ignore[attr-defined]
         group_id, epoch = r.group_id, r.member_epoch
         records: list[CoordinatorRecord] = []
+        upgraded = False
         group = self.consumer_groups.get(group_id)
         if group is None:
             classic = self.groups.get(group_id)  # type: ignore[attr-defined]
+            converted = None
             if classic is not None:
-                if epoch != 0 or classic.members or classic.pending_join_members:
+                if epoch != 0:
                     raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
-                from kbroker.coordinator.group.records import group_metadata_tombstone
-                records.append(group_metadata_tombstone(group_id))  # an empty classic group makes way
+                if classic.members or classic.pending_join_members:
+                    # online upgrade (kbroker.coordinator.group.migration)
+                    converted = self._convert_classic_to_consumer(classic, records)  # type: ignore[attr-defined]
+                    if converted is None:
+                        raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND,
+                                             f"Group {group_id} is not a consumer group.")
+                    upgraded = True
+                else:
+                    from kbroker.coordinator.group.records import group_metadata_tombstone
+                    records.append(group_metadata_tombstone(group_id))  # an empty classic group makes way
             elif epoch != 0:
                 raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
-            group = ConsumerGroup(group_id)  # exists once its records are replayed
+            group = converted or ConsumerGroup(group_id)  # exists once its records are replayed
         member_id = r.member_id or str(uuid.uuid4())
         if member_id not in group.members and len(group.members) >= cfg.consumer_group_max_size:
             raise HeartbeatError(ErrorCode.GROUP_MAX_SIZE_REACHED,
@@ -329,6 +346,34 @@ class ConsumerGroupOps:
             server_assignor=r.server_assignor if r.server_assignor is not None else member.server_assignor,
             subscribed_topic_names=names, subscribed_topic_regex=regex,
             client_id=meta.client_id, client_host=meta.client_host)
+        final, refreshed = self._update_and_reconcile(group, member, updated, replaced, is_new, owned, records)
+        self._schedule_session_timeout(group_id, member_id)
+
+        # ---- response
+        resp = Resp(member_id=member_id, member_epoch=final.member_epoch,
+                    heartbeat_interval_ms=self._consumer_timeouts(group_id)[1])
+        full = epoch == 0 or (r.rebalance_timeout_ms != -1 and r.topic_partitions is not None and (
+            r.subscribed_topic_names is not None or r.subscribed_topic_regex is not None))
+        if full or dict(final.assigned) != dict(member.assigned):
+            resp.assignment = _assignment(final.assigned)
+
+        def on_complete(error: int) -> None:
+            current = self.consumer_groups.get(group_id)
+            if not error and refreshed and current is not None:
+                current.metadata_refresh = False
+            if not error and upgraded:
+                self._schedule_converted_sessions(group_id)  # type: ignore[attr-defined]
+
+        return CoordinatorResult(records, resp, on_complete)
+
+    def _update_and_reconcile(self, group: ConsumerGroup, member: ConsumerGroupMember,
+                              updated: ConsumerGroupMember, replaced: ConsumerGroupMember | None, is_new: bool,
+                              owned: Owned, records: list[CoordinatorRecord]) -> tuple[ConsumerGroupMember, bool]:
+        """Steps 4-6 of the module docstring for ``member`` becoming ``updated`` (a ConsumerGroupHeartbeat, or a
+        JoinGroup of a classic member): subscription record, topic metadata and group epoch, target assignment,
+        reconciliation. Records go to ``records``; returns (the reconciled member, whether the topic metadata
+        was refreshed)."""
+        group_id, member_id = group.group_id, updated.member_id
         bump = False
         if is_new or updated.subscription_key() != member.subscription_key():
             records.append(member_subscription_record(group_id, updated))
@@ -380,22 +425,7 @@ class ConsumerGroupOps:
                 self._schedule_rebalance_timeout(group_id, final)
             else:
                 self.timer.cancel(rebalance_key(group_id, member_id))  # type: ignore[attr-defined]
-        self._schedule_session_timeout(group_id, member_id)
-
-        # ---- response
-        resp = Resp(member_id=member_id, member_epoch=final.member_epoch,
-                    heartbeat_interval_ms=cfg.consumer_group_heartbeat_interval_ms)
-        full = epoch == 0 or (r.rebalance_timeout_ms != -1 and r.topic_partitions is not None and (
-            r.subscribed_topic_names is not None or r.subscribed_topic_regex is not None))
-        if full or dict(final.assigned) != dict(member.assigned):
-            resp.assignment = _assignment(final.assigned)
-
-        def on_complete(error: int) -> None:
-            current = self.consumer_groups.get(group_id)
-            if not error and refreshed and current is not None:
-                current.metadata_refresh = False
-
-        return CoordinatorResult(records, resp, on_complete)
+        return final, refreshed
 
     def _resolve_regexes(self, group: ConsumerGroup, members: Any, refresh: bool,
                          records: list[CoordinatorRecord]) -> dict[str, ResolvedRegex]:
@@ -499,6 +529,9 @@ class ConsumerGroupOps:
     def _fence_member(self, group: ConsumerGroup, member: ConsumerGroupMember, response: Any) -> CoordinatorResult[Any]:
         """Remove ``member``: its records are tombstoned, the topic metadata recomputed, the group epoch bumped."""
         gid = group.group_id
+        downgrade = self._maybe_downgrade(group, member.member_id)  # type: ignore[attr-defined]
+        if downgrade is not None:
+            return CoordinatorResult(downgrade.records, response, downgrade.on_complete)
         records = remove_member_records(gid, member.member_id)
         remaining = [m for mid, m in group.members.items() if mid != member.member_id]
         regexes = self._resolve_regexes(group, remaining, False, records)
@@ -509,9 +542,21 @@ class ConsumerGroupOps:
         self._cancel_consumer_member_timers(gid, member.member_id)
         return CoordinatorResult(records, response)
 
-    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
-        self.timer.schedule(session_key(group_id, member_id),  # type: ignore[attr-defined]
-                            self.config.consumer_group_session_timeout_ms,  # type: ignore[attr-defined]
+    def _consumer_timeouts(self, group_id: str) -> tuple[int, int]:
+        """(session timeout ms, heartbeat interval ms) of consumer group ``group_id``: its group configs
+        ``consumer.session.timeout.ms`` / ``consumer.heartbeat.interval.ms`` when set, else the broker's."""
+        cfg = self.group_config(group_id)  # type: ignore[attr-defined]
+        return int(cfg["consumer.session.timeout.ms"]), int(cfg["consumer.heartbeat.interval.ms"])  # type: ignore[call-overload]
+
+    def _schedule_session_timeout(self, group_id: str, member_id: str, timeout_ms: int | None = None) -> None:
+        """(Re)start the member's session timer: ``timeout_ms``, else a classic member's JoinGroup session
+        timeout, else the group's ``consumer.session.timeout.ms``."""
+        if timeout_ms is None:
+            group = self.consumer_groups.get(group_id)
+            member = group.members.get(member_id) if group is not None else None
+            timeout_ms = member.classic.session_timeout_ms if member is not None and member.classic is not None \
+                else self._consumer_timeouts(group_id)[0]
+        self.timer.schedule(session_key(group_id, member_id), timeout_ms,  # type: ignore[attr-defined]
                             lambda: self._on_session_timeout(group_id, member_id))
 
     def _on_session_timeout(self, group_id: str, member_id: str) -> CoordinatorResult[None]:
@@ -519,8 +564,7 @@ class ConsumerGroupOps:
         member = group.members.get(member_id) if group is not None else None
         if group is None or member is None:
             return CoordinatorResult()
-        log.info("group %s: member %s fenced: no heartbeat within %d ms", group_id, member_id,
-                 self.config.consumer_group_session_timeout_ms)  # type: ignore[attr-defined]
+        log.info("group %s: member %s fenced: no heartbeat within its session timeout", group_id, member_id)
         return self._fence_member(group, member, None)
 
     def _schedule_rebalance_timeout(self, group_id: str, member: ConsumerGroupMember) -> None:
@@ -571,7 +615,8 @@ class ConsumerGroupOps:
             member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
             client_id=m.client_id, client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topic_names),
             subscribed_topic_regex=m.subscribed_topic_regex, assignment=tps(m.assigned),
-            target_assignment=tps(group.target_assignment.get(m.member_id, {})), member_type=MEMBER_TYPE_CONSUMER)
+            target_assignment=tps(group.target_assignment.get(m.member_id, {})),
+            member_type=MEMBER_TYPE_CONSUMER if m.classic is None else MEMBER_TYPE_CLASSIC)
             for m in group.members.values()]
         return Described.DescribedGroup(
             group_id=group_id, group_state=group.state.value, group_epoch=group.group_epoch,
@@ -604,10 +649,11 @@ class ConsumerGroupOps:
         member = group.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
-        if not transactional and api_version < 9:
+        if not transactional and member.classic is None and api_version < 9:
             return ErrorCode.UNSUPPORTED_VERSION
         if member_epoch != member.member_epoch:
-            return ErrorCode.ILLEGAL_GENERATION if transactional else ErrorCode.STALE_MEMBER_EPOCH
+            return ErrorCode.ILLEGAL_GENERATION if transactional or member.classic is not None \
+                else ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
 
     def validate_offset_fetch_member(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
@@ -619,7 +665,7 @@ class ConsumerGroupOps:
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if member_epoch != member.member_epoch:
-            return ErrorCode.STALE_MEMBER_EPOCH
+            return ErrorCode.ILLEGAL_GENERATION if member.classic is not None else ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
 
     def consumer_group_is_empty(self, group_id: str) -> bool:

@@ -53,8 +53,9 @@ from kbroker.coordinator.group.classic_group import (
     JoinResponder,
     SyncResponder,
 )
-from kbroker.coordinator.group.config import GroupCoordinatorConfig
+from kbroker.coordinator.group.config import GroupCoordinatorConfig, group_config
 from kbroker.coordinator.group.consumer_ops import ConsumerGroupOps
+from kbroker.coordinator.group.migration import ClassicMigrationOps
 from kbroker.coordinator.group.records import (
     group_metadata_record,
     group_metadata_tombstone,
@@ -87,8 +88,9 @@ NO_GENERATION = -1
 OFFSETS_EXPIRATION_KEY = "offsets-expiration"
 #: Delay before retrying the end of a rebalance whose record could not be written.
 RETRY_BACKOFF_MS = 500
-#: Authorized operations of a group when asked for (no authorizer): READ(3), DELETE(6), DESCRIBE(8).
-GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+#: Authorized operations of a group when asked for (no authorizer): READ(3), DELETE(6), DESCRIBE(8),
+#: DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11) (Kafka's AclEntry.supportedOperations(GROUP)).
+GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
 NOT_REQUESTED_OPERATIONS = -2147483648
 
 
@@ -177,7 +179,7 @@ def _empty() -> CoordinatorResult[Any]:
     return CoordinatorResult()
 
 
-class GroupCoordinatorShard(ConsumerGroupOps):
+class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps):
     """Groups and offsets of one partition (see the module docstring); consumer groups (KIP-848) come from
     :class:`~kbroker.coordinator.group.consumer_ops.ConsumerGroupOps`."""
 
@@ -198,6 +200,12 @@ class GroupCoordinatorShard(ConsumerGroupOps):
         #: the current metadata image (topic names, ids and partition counts for consumer groups)
         self.image_provider = image_provider
         self._init_consumer_groups()
+
+    def group_config(self, group_id: str) -> dict[str, object]:
+        """Effective group configs of ``group_id`` (:func:`kbroker.coordinator.group.config.group_config`): the
+        group's dynamic configs from the current metadata image, else the broker's values."""
+        image = self.image_provider() if self.image_provider is not None else None
+        return group_config(image, self.config.group_config_defaults(), group_id)
 
     # ==================================================================================== replay
     def replay(self, offset: int, producer_id: int, producer_epoch: int, record: CoordinatorRecord) -> None:
@@ -299,9 +307,8 @@ class GroupCoordinatorShard(ConsumerGroupOps):
         if consumer is None:
             return self._classic_join_group(meta, request, respond)
         if consumer.members:
-            # a consumer-protocol group with members: no online migration to the classic protocol
-            respond(_join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, request.member_id or UNKNOWN_MEMBER_ID))
-            return _empty()
+            # a classic member of a consumer group (online migration, kbroker.coordinator.group.migration)
+            return self.classic_join_consumer_group(meta, request, respond)
         # an empty consumer group makes way for the classic group: its records are deleted with the join
         result = self._classic_join_group(meta, request, respond)
         if request.group_id not in self.groups:
@@ -690,6 +697,8 @@ class GroupCoordinatorShard(ConsumerGroupOps):
         if not group_id:
             respond(_sync_error(ErrorCode.INVALID_GROUP_ID))
             return _empty()
+        if group_id in self.consumer_groups:
+            return self.classic_sync_consumer_group(meta, request, respond)
         group = self.groups.get(group_id)
         if group is None:
             respond(_sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
@@ -766,6 +775,8 @@ class GroupCoordinatorShard(ConsumerGroupOps):
                   instance_id: str | None) -> CoordinatorResult[int]:
         if not group_id:
             return CoordinatorResult(response=ErrorCode.INVALID_GROUP_ID)
+        if group_id in self.consumer_groups:
+            return self.classic_heartbeat_consumer_group(group_id, generation_id, member_id, instance_id)
         group = self.groups.get(group_id)
         if group is None:
             return CoordinatorResult(response=ErrorCode.UNKNOWN_MEMBER_ID)
@@ -789,6 +800,8 @@ class GroupCoordinatorShard(ConsumerGroupOps):
         """``members``: (member id, group instance id, reason). Response: (top-level error, per-member errors)."""
         if not group_id:
             return CoordinatorResult(response=(ErrorCode.INVALID_GROUP_ID, []))
+        if group_id in self.consumer_groups:
+            return self.classic_leave_consumer_group(group_id, members)
         group = self.groups.get(group_id)
         if group is None:
             return CoordinatorResult(response=(ErrorCode.UNKNOWN_MEMBER_ID, []))

@@ -1,11 +1,11 @@
 """AlterConfigs (API key 33), versions 0-2 (deprecated by Kafka in favour of IncrementalAlterConfigs).
 
-Behavior: each resource's dynamic configs are replaced by the ones in the request (keys not named are
-deleted), through the quorum controller as ConfigRecords; TOPIC (2) and BROKER (4, named ``""`` for the
-cluster default or this node's id) resources. Topic values are validated as Kafka does (INVALID_CONFIG;
-UNKNOWN_TOPIC_OR_PARTITION), broker values against the dynamic broker configs (INVALID_REQUEST); rules in
-``kbroker.controller.config_control``. ``validate_only`` checks without writing. Live logs pick the new
-values up when the records are applied.
+Behavior: each resource's dynamic configs are replaced by the ones in the request (keys not named are deleted),
+through the quorum controller as ConfigRecords; TOPIC (2), GROUP (32, KIP-848 group configs:
+``kbroker.controller.group_configs``) and BROKER (4, named ``""`` for the cluster default or this node's id)
+resources. Topic values are validated as Kafka does (INVALID_CONFIG; UNKNOWN_TOPIC_OR_PARTITION), broker values
+against the dynamic broker configs (INVALID_REQUEST); rules in ``kbroker.controller.config_control``.
+``validate_only`` checks without writing. Live logs pick the new values up when the records are applied.
 Version notes: v2 flexible.
 """
 

@@ -13,6 +13,11 @@ Behavior:
 * BROKER resources (type 4) named after this node id: every broker key kbroker knows, each with the same
   four-level synonym chain over its own synonyms (``log.roll.ms``/``log.roll.hours`` ...); dynamic keys
   are not read-only. Named ``""``: only the cluster-default dynamic configs;
+* GROUP resources (type 32, KIP-848): every group-level key Kafka defines
+  (:mod:`kbroker.controller.group_configs`), with the group's override (source GROUP_CONFIG, 8) or else the broker's
+  value of its synonym (``group.consumer.session.timeout.ms`` ...) or Kafka's default (DEFAULT_CONFIG); one synonym,
+  the key itself, as Kafka's ``createGroupConfigEntry``. The group need not exist; an empty name is INVALID_REQUEST
+  "Group name must not be empty";
 * ``ConfigurationKeys`` restricts the keys; unknown topics get UNKNOWN_TOPIC_OR_PARTITION, other brokers'
   ids or other resource types INVALID_REQUEST. Keys whose name contains ``password``, and ``ssl.keystore.key`` /
   ``sasl.jaas.config`` (Kafka's PASSWORD keys), are sensitive (null).
@@ -25,6 +30,7 @@ from typing import Iterable, Mapping
 
 from kbroker.config import BROKER_DEFAULTS
 from kbroker.controller.broker_configs import DYNAMIC_BROKER_CONFIGS, broker_synonyms
+from kbroker.controller.group_configs import GROUP_CONFIG_KEYS, GROUP_RESOURCE, effective_group_config
 from kbroker.controller.topic_configs import TOPIC_CONFIG_KEYS
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
@@ -39,6 +45,7 @@ VERSIONS = range(1, 5)
 TOPIC, BROKER = 2, 4
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = (
     1, 2, 3, 4, 5)
+GROUP_CONFIG = 8
 TYPE_STRING = 2
 _TYPE_IDS = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7}
 
@@ -165,6 +172,26 @@ def _broker_entries(ctx, per_broker: bool, keys, synonyms: bool) -> list[R.Descr
     return out
 
 
+def _group_entries(ctx, group: str, keys, synonyms: bool) -> list[R.DescribeConfigsResourceResult]:
+    overrides = ctx.broker.controller.image.configs.get((GROUP_RESOURCE, group), {})
+    effective = effective_group_config(overrides, ctx.broker.config.props)
+    out = []
+    for key in sorted(GROUP_CONFIG_KEYS):
+        if keys is not None and key not in keys:
+            continue
+        spec = GROUP_CONFIG_KEYS[key]
+        value = effective[key]
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        source = GROUP_CONFIG if key in overrides else DEFAULT_CONFIG
+        entry = R.DescribeConfigsResourceResult(
+            name=key, value=text, read_only=False, config_source=source, is_sensitive=False,
+            config_type=_TYPE_IDS.get(spec.type, TYPE_STRING), documentation=None)
+        if synonyms:
+            entry.synonyms = [R.DescribeConfigsSynonym(name=key, value=text, source=source)]
+        out.append(entry)
+    return out
+
+
 async def handle(ctx, request: DescribeConfigsRequest) -> R:
     image = ctx.broker.controller.image
     resp = R()
@@ -195,6 +222,12 @@ async def handle(ctx, request: DescribeConfigsRequest) -> R:
                                         f"but received {name}")
                 continue
             result.configs = _broker_entries(ctx, bool(name), keys, request.include_synonyms)
+        elif res.resource_type == GROUP_RESOURCE:
+            if not res.resource_name:
+                result.error_code = ErrorCode.INVALID_REQUEST
+                result.error_message = "Group name must not be empty"
+                continue
+            result.configs = _group_entries(ctx, res.resource_name, keys, request.include_synonyms)
         else:
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = f"Unsupported resource type {res.resource_type}"

@@ -1,12 +1,13 @@
 """IncrementalAlterConfigs (API key 44), versions 0-1.
 
-Behavior: per resource, SET (0), DELETE (1), APPEND (2) and SUBTRACT (3) operations on its dynamic configs,
-written by the quorum controller as ConfigRecords; TOPIC (2) and BROKER (4, ``""`` = cluster default or this
-node's id) resources. APPEND/SUBTRACT work on list keys (``cleanup.policy``) and start from the default when
-the key has no value. Errors as Kafka's: INVALID_CONFIG for bad topic keys or values, UNKNOWN_TOPIC_OR_PARTITION,
-INVALID_REQUEST for duplicates, null values, non-dynamic or badly typed broker keys and unsupported resource
-types (BROKER_LOGGER included); rules in ``kbroker.controller.config_control``. ``validate_only`` checks
-without writing. Live logs pick the new values up when the records are applied.
+Behavior: per resource, SET (0), DELETE (1), APPEND (2) and SUBTRACT (3) operations on its dynamic configs, written
+by the quorum controller as ConfigRecords; TOPIC (2), GROUP (32, KIP-848 group configs:
+``kbroker.controller.group_configs``) and BROKER (4, ``""`` = cluster default or this node's id) resources.
+APPEND/SUBTRACT work on list keys (``cleanup.policy``) and start from the default when the key has no value. Errors
+as Kafka's: INVALID_CONFIG for bad topic keys or values, UNKNOWN_TOPIC_OR_PARTITION, INVALID_REQUEST for
+duplicates, null values, non-dynamic or badly typed broker keys and unsupported resource types (BROKER_LOGGER
+included); rules in ``kbroker.controller.config_control``. ``validate_only`` checks without writing. Live logs pick
+the new values up when the records are applied.
 Version notes: v1 flexible.
 """
 
