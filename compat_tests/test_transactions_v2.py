@@ -13,13 +13,19 @@ implicitly, a hanging transaction) nor joins the next one.
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
 import time
 import uuid
 from typing import Any
 
 import pytest
 
+from compat_tests.clients import create_topic
 from compat_tests.test_idempotence import RawClient
+from compat_tests import test_transactions
+from compat_tests.test_transactions import consume_all, describe_transaction, run_driver, unique
 from kbroker.protocol.errors import ErrorCode as E
 from kbroker.protocol.messages import (
     AddPartitionsToTxnRequest,
@@ -35,6 +41,8 @@ from kbroker.protocol.messages import (
 from kbroker.protocol.records import build_batch, iter_batches
 
 pytestmark = [pytest.mark.timeout(120)]
+
+txn_driver = test_transactions.txn_driver  # the session fixture that compiles compat_tests/java/TxnDriver.java
 
 
 def retry(call, ok=lambda r: r.error_code == E.NONE, timeout: float = 30.0) -> Any:
@@ -160,3 +168,75 @@ def test_v1_late_produce_joins_the_next_transaction(raw: RawClient, topic_factor
     assert t.end(e, commit=True, version=4).error_code == E.NONE
     values, _, _ = read_committed(raw, topic)
     assert values == [b"t1-a", b"t1-late"]
+
+
+# ============================================================================ the Java 4.3 client and librdkafka
+
+
+def java_transactions(driver: list[str], bootstrap: str, topic: str, txn_id: str, n: int) -> list[dict]:
+    events = run_driver(driver, "produce", "--bootstrap", bootstrap, "--topic", topic, "--txn-id", txn_id,
+                        "--transactions", str(n), "--per-txn", "4", "--abort-every", "3", "--partitions", "2")
+    return [e for e in events if e.get("event") == "txn"]
+
+
+def test_java_client_uses_transactions_v2(txn_driver, bootstrap_servers) -> None:
+    """kafka-clients 4.3 reads the finalized transaction.version 2 from ApiVersions and ends every transaction
+    with EndTxn v5: the epoch grows by one per transaction (commits and aborts), the markers carry it, and the
+    committed data is exactly the committed transactions'."""
+    topic, txn_id = unique("tv2-java"), unique("tv2-java-txn")
+    create_topic(bootstrap_servers, topic, 2)
+    txns = java_transactions(txn_driver, bootstrap_servers, topic, txn_id, 6)
+    assert [t["result"] for t in txns] == ["commit", "commit", "abort"] * 2
+    state = describe_transaction(bootstrap_servers, txn_id)
+    # InitProducerId gave epoch 0; six EndTxn v5 bumped it six times (the last one an abort)
+    assert (state.transaction_state, state.producer_epoch) == ("CompleteAbort", 6)
+    with contextlib.closing(RawClient(bootstrap_servers)) as raw:
+        assert producer_epoch_in_partition(raw, topic, state.producer_id) == 6
+    values = [v for _, _, v in consume_all(bootstrap_servers, topic, 2, "read_committed", expect=16)]
+    assert len(values) == 16 and len(set(values)) == 16
+
+
+def test_java_client_on_a_transaction_version_0_cluster(txn_driver, kbroker_factory) -> None:
+    """The same program on a cluster formatted with --feature transaction.version=0: the client falls back to
+    the classic protocol (AddPartitionsToTxn, EndTxn v4) and the epoch stays 0."""
+    broker = kbroker_factory({"offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "3"},
+                             start=False)
+    cfg = broker.write_config()
+    out = subprocess.run([sys.executable, "-m", "kbroker.cli.storage", "format", "-t", "MkU3OEVBNTcwNTJENDM2Qg",
+                          "-c", str(cfg), "--feature", "transaction.version=0"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    broker.start()
+    with contextlib.closing(RawClient(broker.bootstrap)) as raw:
+        r = raw.call(ApiVersionsRequest(client_software_name="kbroker-compat", client_software_version="1"), 4)
+        assert "transaction.version" not in {f.name for f in r.finalized_features}
+    topic, txn_id = unique("tv0-java"), unique("tv0-java-txn")
+    create_topic(broker.bootstrap, topic, 2)
+    txns = java_transactions(txn_driver, broker.bootstrap, topic, txn_id, 3)
+    assert [t["result"] for t in txns] == ["commit", "commit", "abort"]
+    state = describe_transaction(broker.bootstrap, txn_id)
+    assert (state.transaction_state, state.producer_epoch) == ("CompleteAbort", 0)
+    assert len(consume_all(broker.bootstrap, topic, 2, "read_committed", expect=8)) == 8
+
+
+def test_confluent_kafka_transactions_on_a_v2_cluster(bootstrap_servers) -> None:
+    """librdkafka speaks transactions version 1 (AddPartitionsToTxn, EndTxn below v5) whatever the finalized
+    level, as against Kafka: its transactions commit and abort, and its epoch does not move."""
+    from confluent_kafka import Producer
+
+    topic, txn_id = unique("tv2-rdkafka"), unique("tv2-rdkafka-txn")
+    create_topic(bootstrap_servers, topic, 2)
+    p = Producer({"bootstrap.servers": bootstrap_servers, "transactional.id": txn_id, "linger.ms": 5})
+    p.init_transactions(30)
+    for i in range(4):
+        p.begin_transaction()
+        for j in range(5):
+            p.produce(topic, key=f"{j}", value=f"rd-{i}-{j}", partition=j % 2)
+        if i == 2:
+            p.abort_transaction(30)
+        else:
+            p.commit_transaction(30)
+    state = describe_transaction(bootstrap_servers, txn_id)
+    assert (state.transaction_state, state.producer_epoch) == ("CompleteCommit", 0)
+    values = [v for _, _, v in consume_all(bootstrap_servers, topic, 2, "read_committed", expect=15)]
+    assert sorted(values) == sorted(f"rd-{i}-{j}" for i in (0, 1, 3) for j in range(5))
