@@ -212,7 +212,7 @@ def test_v2_end_bumps_the_epoch_and_retries_carry_the_old_one() -> None:
     assert end2(h, 1000, 0, True) == E.NONE
     assert h.state().state is S.PREPARE_COMMIT and h.state().producer_epoch == 1
     # the markers carry the bumped epoch, so a late batch of epoch 0 is older than the partition's producer
-    assert h.prepared == [PendingCompletion(TID, 1000, 1, True, (("a", 0),), 3)]
+    assert h.prepared == [PendingCompletion(TID, 1000, 1, True, (("a", 0),), 3, transaction_version=2)]
     assert end2(h, 1000, 0, True) == E.CONCURRENT_TRANSACTIONS  # a retry while the markers are written
     assert end2(h, 1000, 0, False) == E.INVALID_TXN_STATE
     h.complete_all()

@@ -54,8 +54,9 @@ MARKER_RETRY_MS = 200
 #: how often a marker appended here is checked for being on every in-sync replica (ms)
 MARKER_REPLICATION_POLL_MS = 10
 
-#: marker_writer(topic, partition, producer_id, producer_epoch, coordinator_epoch, commit) -> error code
-MarkerWriter = Callable[[str, int, int, int, int, bool], int]
+#: marker_writer(topic, partition, producer_id, producer_epoch, coordinator_epoch, commit, transaction_version)
+#: -> error code (transaction_version 2: the partition checks the marker with the version 2 epoch rule)
+MarkerWriter = Callable[[str, int, int, int, int, bool, int], int]
 
 #: marker results after which the partition needs no marker any more
 _MARKER_DONE = {ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
@@ -348,7 +349,7 @@ class TransactionCoordinator:
             topic, partition = job.remaining[0]
             try:
                 error = self.marker_writer(topic, partition, c.producer_id, c.producer_epoch, c.coordinator_epoch,
-                                           c.commit)
+                                           c.commit, c.transaction_version)
             except Exception:
                 log.exception("writing a marker to %s-%d failed", topic, partition)
                 error = ErrorCode.UNKNOWN_SERVER_ERROR

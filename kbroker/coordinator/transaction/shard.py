@@ -79,6 +79,8 @@ class PendingCompletion:
     commit: bool
     partitions: tuple[tuple[str, int], ...]
     coordinator_epoch: int
+    #: 2 for a transactions-version-2 transaction: its markers are checked with that version's epoch rule
+    transaction_version: int = 0
 
 
 @dataclass(slots=True)
@@ -153,7 +155,7 @@ class TransactionCoordinatorShard:
     def _completion(self, txn: TransactionMetadata) -> PendingCompletion:
         return PendingCompletion(txn.transactional_id, txn.producer_id, txn.producer_epoch,
                                  txn.state is S.PREPARE_COMMIT, tuple(txn.sorted_partitions()),
-                                 self.coordinator_epoch)
+                                 self.coordinator_epoch, txn.client_transaction_version)
 
     def _prepared_callback(self, txns: list[TransactionMetadata]) -> Callable[[int], None]:
         def done(error: int) -> None:
