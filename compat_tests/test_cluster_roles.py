@@ -380,6 +380,32 @@ def test_transactions_across_brokers(cluster):
         EndTxnResponse)
     assert ended.error_code == 0
 
+    # transactions version 2 across brokers: Produce v12 on another broker adds the partition through the
+    # coordinator (AddPartitionsToTxn v4 without verify_only), EndTxn v5 bumps the epoch and the COMMIT marker
+    # carries it to that broker, and a late batch of the committed transaction is refused there
+    init2 = wait_until(lambda: (lambda r: r if r.error_code == 0 else None)(ask(
+        host, cport, ApiKey.INIT_PRODUCER_ID, 5, InitProducerIdRequest(
+            transactional_id="tx-raw", transaction_timeout_ms=60000), InitProducerIdResponse)), 30, "a new epoch")
+    pid, epoch = init2.producer_id, init2.producer_epoch
+
+    def produce_v12(e: int, seq: int) -> int:
+        batch = build_batch([(b"k", b"tv2", [], int(time.time() * 1000))], producer_id=pid, producer_epoch=e,
+                            base_sequence=seq, is_transactional=True)
+        req = ProduceRequest(transactional_id="tx-raw", acks=-1, timeout_ms=10000, topic_data=[
+            ProduceRequest.TopicProduceData(name="tx-out", partition_data=[
+                ProduceRequest.PartitionProduceData(index=partition, records=batch)])])
+        resp = ask(host, cluster.nodes[leader].port, ApiKey.PRODUCE, 12, req, ProduceResponse)
+        return resp.responses[0].partition_responses[0].error_code
+
+    assert produce_v12(epoch, 0) == ErrorCode.NONE
+    ended = ask(host, cport, ApiKey.END_TXN, 5, EndTxnRequest(
+        transactional_id="tx-raw", producer_id=pid, producer_epoch=epoch, committed=True), EndTxnResponse)
+    assert (ended.error_code, ended.producer_id, ended.producer_epoch) == (0, pid, epoch + 1)
+    assert wait_until(lambda: produce_v12(epoch, 1) == ErrorCode.INVALID_PRODUCER_EPOCH or None, 30,
+                      "the late batch refused")
+    committed = read("tx-out", 61, "read_committed")
+    assert sorted(m.key() for m in committed) == sorted([f"c{i}".encode() for i in range(60)] + [b"k"])
+
 
 def test_dev_cluster_command(tmp_path):
     """``kbroker-dev-cluster --controllers 1 --brokers 2``: one controller-only node (its brokers follow it over

@@ -130,10 +130,12 @@ class Gen:
         name = snake(f["name"])
         t = f["type"]
         versions = parse_versions(f.get("versions"))
-        if versions is None:
-            versions = (0, -1)  # present in no version (removed field)
         nullable = parse_versions(f.get("nullableVersions"))
         tagged = parse_versions(f.get("taggedVersions"))
+        if versions is None and "versions" not in f and tagged is not None:
+            versions = tagged  # a field with only taggedVersions exists in those versions (Kafka's generator)
+        if versions is None:
+            versions = (0, -1)  # present in no version (removed field)
         tag = f.get("tag")
         flex = "True"
         if "flexibleVersions" in f:

@@ -23,6 +23,11 @@ nothing more is written. ``info`` reports what is on disk.
 ``<metadata.log.dir>/bootstrap.checkpoint`` (Kafka's file: the bootstrap feature levels, then a
 UserScramCredentialRecord per credential), which the first active controller commits to the new metadata log
 (``kbroker.controller.bootstrap``); format every controller of a new cluster with the same flags.
+
+``--feature transaction.version=N`` (N 0, 1 or 2; default 2 as Kafka 4.3 formats its latest release) goes into
+the same file: the first active controller finalizes that level instead of 2 (0: not finalized, clients use the
+classic transaction protocol). ``metadata.version=30``, ``group.version=1`` and ``kraft.version=0`` are accepted
+as the levels kbroker always bootstraps.
 """
 
 from __future__ import annotations
@@ -52,7 +57,8 @@ def build_parser() -> ToolParser:
                      help="skip directories that are already formatted instead of failing")
     fmt.add_argument("--release-version", "-r", help=f"the metadata.version to bootstrap ({METADATA_VERSION})")
     fmt.add_argument("--feature", "-f", action="append", default=[], metavar="NAME=LEVEL",
-                     help="a feature level to bootstrap (only the levels kbroker bootstraps are accepted)")
+                     help="a feature level to bootstrap: transaction.version=0|1|2 (default 2); otherwise only the "
+                          "levels kbroker bootstraps are accepted")
     fmt.add_argument("--standalone", "-s", action="store_true",
                      help="a dynamic quorum whose only voter is this controller")
     fmt.add_argument("--initial-controllers", "-I",
@@ -105,12 +111,16 @@ def format_command(args: Any) -> int:
     if args.release_version and args.release_version not in RELEASE_VERSIONS:
         raise CliError(f"kbroker bootstraps metadata.version {METADATA_VERSION}; release version "
                        f"{args.release_version} is not supported")
+    from kbroker.controller.quorum_controller import BOOTSTRAP_FEATURES, FORMAT_FEATURES
+
+    chosen: dict[str, int] = {}
     for feature in args.feature:
-        name, _, level = feature.partition("=")
-        if (name.strip(), level.strip()) not in {("metadata.version", "30"), ("group.version", "1"),
-                                                 ("transaction.version", "0"), ("kraft.version", "0")}:
+        name, _, level = (x.strip() for x in feature.partition("="))
+        if name in FORMAT_FEATURES and level.isdigit() and int(level) in FORMAT_FEATURES[name]:
+            chosen[name] = int(level)
+        elif (name, level) not in {("metadata.version", "30"), ("group.version", "1"), ("kraft.version", "0")}:
             raise CliError(f"unsupported feature level {feature!r}: kbroker bootstraps metadata.version=30, "
-                           "group.version=1, transaction.version=0")
+                           "group.version=1 and transaction.version 0, 1 or 2 (default 2)")
     scram_records = [parse_add_scram(arg) for arg in args.add_scram]
     from kbroker.controller.quorum_controller import parse_quorum_voters
 
@@ -155,11 +165,10 @@ def format_command(args: Any) -> int:
                                           directory_id=own_directory_id if d == metadata_dir else None)
             if d == metadata_dir and bootstrap_voters is not None:
                 _write_bootstrap_snapshot(d, bootstrap_voters, node_id, props["directory.id"])
-            if d == metadata_dir and scram_records:
+            if d == metadata_dir and (scram_records or chosen):
                 from kbroker.controller.bootstrap import write_bootstrap_file
-                from kbroker.controller.quorum_controller import BOOTSTRAP_FEATURES
 
-                write_bootstrap_file(d, BOOTSTRAP_FEATURES, scram_records)
+                write_bootstrap_file(d, {**BOOTSTRAP_FEATURES, **chosen}, scram_records)
         except OSError as exc:
             raise CliError(f"Unable to create storage directory {d}: {exc.strerror or exc}") from None
         kind = "metadata" if d == metadata_dir else "data"

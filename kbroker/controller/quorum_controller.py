@@ -97,6 +97,7 @@ from kbroker.protocol.metadata_records import (
 
 __all__ = [
     "BOOTSTRAP_FEATURES",
+    "FORMAT_FEATURES",
     "METADATA_PARTITION_DIR",
     "METADATA_TOPIC",
     "METADATA_TOPIC_ID",
@@ -122,15 +123,21 @@ META_PROPERTIES = "meta.properties"
 METADATA_VERSION_LEVEL = 30
 #: Lowest ``metadata.version`` a 4.x node can run (3.3-IV3).
 MINIMUM_METADATA_VERSION_LEVEL = 7
-#: Finalized feature levels written on the first start. ``transaction.version`` stays 0 (the classic
-#: transaction protocol) until the transaction coordinator implements version 2.
-BOOTSTRAP_FEATURES: dict[str, int] = {"metadata.version": METADATA_VERSION_LEVEL, "group.version": 1}
+#: Finalized feature levels written on the first start, as Kafka 4.3 formats a cluster at its latest release:
+#: ``transaction.version`` 2 (KIP-890 part 2: an epoch bump per transaction, implicit partition adds; Kafka's
+#: default from metadata.version 4.0-IV2 on). ``kbroker-storage format --feature transaction.version=N``
+#: bootstraps another level (kept in ``bootstrap.checkpoint``); clusters started before keep theirs.
+BOOTSTRAP_FEATURES: dict[str, int] = {"metadata.version": METADATA_VERSION_LEVEL, "group.version": 1,
+                                      "transaction.version": 2}
 #: Feature ranges this node supports (registered with the broker, checked by :meth:`update_features`).
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     "metadata.version": (MINIMUM_METADATA_VERSION_LEVEL, METADATA_VERSION_LEVEL),
     "group.version": (0, 1),
-    "transaction.version": (0, 0),
+    "transaction.version": (0, 2),
 }
+
+#: Feature levels ``kbroker-storage format --feature`` may bootstrap instead of ``BOOTSTRAP_FEATURES``.
+FORMAT_FEATURES: dict[str, frozenset[int]] = {"transaction.version": frozenset({0, 1, 2})}
 
 #: Producer ids handed out per AllocateProducerIds call (Kafka's block size).
 PRODUCER_ID_BLOCK_SIZE = 1000
@@ -282,6 +289,7 @@ class QuorumController:
         #: records of ``bootstrap.checkpoint`` besides the feature levels (``format --add-scram``), read at start
         #: while the metadata log is still empty (kbroker.controller.bootstrap)
         self._bootstrap_extra: list[Any] = []
+        self._bootstrap_features: dict[str, int] = {}
 
     # ---- public state ----
     @property
@@ -373,11 +381,18 @@ class QuorumController:
         except BootstrapError as exc:
             raise MetadataStorageError(str(exc)) from None
         self._bootstrap_extra = [r for r in found if not isinstance(r, FeatureLevelRecord)]
+        # only the levels ``format --feature`` may choose come from the file (an older file holds no
+        # transaction.version: the default applies)
+        self._bootstrap_features = {r.name: r.feature_level for r in found if isinstance(r, FeatureLevelRecord)
+                                    and r.name in FORMAT_FEATURES and r.feature_level in FORMAT_FEATURES[r.name]}
 
     def bootstrap_records(self) -> list[Any]:
         """The records that bootstrap a new cluster's metadata (kbroker.controller.bootstrap): a FeatureLevelRecord
-        per ``BOOTSTRAP_FEATURES`` entry, then the SCRAM credentials of ``kbroker-storage format --add-scram``."""
-        return [*(FeatureLevelRecord(name=n, feature_level=lvl) for n, lvl in BOOTSTRAP_FEATURES.items()),
+        per ``BOOTSTRAP_FEATURES`` entry (the level ``kbroker-storage format --feature`` chose, when it did), then
+        the SCRAM credentials of ``kbroker-storage format --add-scram``. A level 0 is not written (not
+        finalized), as Kafka's bootstrap leaves it out."""
+        features = {**BOOTSTRAP_FEATURES, **self._bootstrap_features}
+        return [*(FeatureLevelRecord(name=n, feature_level=lvl) for n, lvl in features.items() if lvl > 0),
                 *self._bootstrap_extra]
 
     def shutdown(self) -> None:

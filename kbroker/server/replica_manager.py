@@ -496,18 +496,20 @@ class ReplicaManager:
 
     # ---- append ----
     def append_records(self, part: Partition, records: memoryview, required_acks: int,
-                       origin: AppendOrigin = AppendOrigin.CLIENT) -> object:
+                       origin: AppendOrigin = AppendOrigin.CLIENT, transaction_version: int = 0) -> object:
         """Append validated batches as leader and advance the high watermark. Returns the AppendInfo.
 
         ``min.insync.replicas`` is checked for acks=-1 (NOT_ENOUGH_REPLICAS), as Kafka does before
         appending. ``origin`` COORDINATOR is for the coordinators' own writes (transaction markers,
-        transactional offset commits): producer epochs are checked, sequences are not.
+        transactional offset commits): producer epochs are checked, sequences are not; ``transaction_version``
+        2 checks a marker with the transactions-version-2 epoch rule (above the producer's epoch).
         """
         if required_acks == -1:
             min_isr = self.broker.topic_config_int(part.topic, "min.insync.replicas")
             if len(part.isr) < min_isr:
                 raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS)
-        info = part.log.append_as_leader(records, part.leader_epoch, int(time.time() * 1000), origin)
+        info = part.log.append_as_leader(records, part.leader_epoch, int(time.time() * 1000), origin,
+                                         transaction_version)
         if not part.maybe_increment_high_watermark():
             part.wake_append_waiters()  # followers' fetches
         return info

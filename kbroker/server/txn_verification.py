@@ -1,6 +1,7 @@
 """Transaction verification across brokers (KIP-890 part 1): before the first batch of a transaction lands in a
 partition (Produce) or a transactional offset commit reaches a group (TxnOffsetCommit), the leader asks the
-transaction coordinator whether that partition was added to the producer's ongoing transaction. When the
+transaction coordinator whether that partition was added to the producer's ongoing transaction; with
+transactions version 2 (Produce v12, TxnOffsetCommit v5, KIP-890 part 2) it asks the coordinator to add it. When the
 coordinator for the transactional id is this broker the question is answered in-process
 (``TransactionCoordinator.verify_partitions``); when it is another broker of the cluster,
 :class:`RemoteTxnVerifier` asks it with AddPartitionsToTxn v4 (``verify_only``), on ``inter.broker.listener.name``.
@@ -46,8 +47,10 @@ class RemoteTxnVerifier:
         return part.leader if part is not None else -1
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                     tp: tuple[str, int]) -> int:
-        """The coordinator's answer for partition ``tp`` -> an error code (see the module docstring)."""
+                     tp: tuple[str, int], add: bool = False) -> int:
+        """The coordinator's answer for partition ``tp`` -> an error code (see the module docstring). With
+        ``add`` (transactions version 2: Produce v12, TxnOffsetCommit v5) the coordinator adds the partition to
+        the transaction (``verify_only`` false) instead of only checking it."""
         leader = self.coordinator_of(transactional_id)
         if leader < 0:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -59,7 +62,7 @@ class RemoteTxnVerifier:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         req = AddPartitionsToTxnRequest(transactions=[AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
             transactional_id=transactional_id, producer_id=producer_id, producer_epoch=producer_epoch,
-            verify_only=True, topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=tp[0],
+            verify_only=not add, topics=[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(name=tp[0],
                                                                                        partitions=[tp[1]])])])
         try:
             resp = await ch.request(ApiKey.ADD_PARTITIONS_TO_TXN, VERIFY_VERSION, req, self.timeout_s)

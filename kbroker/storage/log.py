@@ -456,7 +456,7 @@ class PartitionLog:
 
     @_io_guarded("append")
     def append_as_leader(self, records: bytes | bytearray | memoryview, leader_epoch: int, now_ms: int,
-                         origin: AppendOrigin = AppendOrigin.CLIENT) -> AppendInfo:
+                         origin: AppendOrigin = AppendOrigin.CLIENT, transaction_version: int = 0) -> AppendInfo:
         """Append one or more validated batches, assigning offsets from the LEO.
 
         The input is copied once into a bytearray in which each batch's baseOffset and partitionLeaderEpoch
@@ -470,7 +470,8 @@ class PartitionLog:
         Batches with a producer id are checked by ``producer_state`` as offsets are assigned (errors
         OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH ...). A retry of one of the producer's last 5
         batches (origin CLIENT) writes nothing and returns that batch's original offsets, its timestamp as
-        ``log_append_time`` (as Kafka does) and ``valid_bytes == 0``.
+        ``log_append_time`` (as Kafka does) and ``valid_bytes == 0``. ``transaction_version`` 2 checks a
+        transaction marker with the transactions-version-2 epoch rule (:meth:`ProducerAppend.add_batch`).
         """
         self._check_open()
         buf = bytearray(records)
@@ -512,7 +513,7 @@ class PartitionLog:
             if batch_max > max_ts:
                 max_ts, off_max = batch_max, last
             if h[9] >= 0:  # producer id: duplicate / epoch / sequence checks, before anything is written
-                dup = producers.add_batch(h, buf, pos, offset, batch_max)
+                dup = producers.add_batch(h, buf, pos, offset, batch_max, transaction_version)
                 if dup is not None:
                     return AppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, dup.last_offset,
                                       dup.timestamp, self.log_start_offset, 0, 0)

@@ -130,9 +130,9 @@ def test_metadata_log_layout(tmp_path, make):
                 assert r.key is None
                 decode_metadata_record(r.value)
     types = [type(decode_metadata_record(r.value)).__name__ for b, rs in batches if not b.is_control for r in rs]
-    assert types[:4] == ["FeatureLevelRecord", "FeatureLevelRecord", "RegisterBrokerRecord",
+    assert types[:5] == ["FeatureLevelRecord", "FeatureLevelRecord", "FeatureLevelRecord", "RegisterBrokerRecord",
                          "BrokerRegistrationChangeRecord"]
-    assert types[4:] == ["TopicRecord", "PartitionRecord", "PartitionRecord"]
+    assert types[5:] == ["TopicRecord", "PartitionRecord", "PartitionRecord"]
     assert qc.image.offset == expected_offset - 1
 
 
@@ -532,11 +532,11 @@ def test_feature_updates(make):
     qc = make()
     qc.update_features({"group.version": 0})
     assert "group.version" not in qc.image.features
-    for bad in ({"transaction.version": 2}, {"metadata.version": 7}, {"metadata.version": 0}, {"nope": 1}):
+    for bad in ({"transaction.version": 3}, {"metadata.version": 7}, {"metadata.version": 0}, {"nope": 1}):
         with pytest.raises(KafkaError) as exc:
             qc.update_features(bad)
         assert exc.value.code == E.INVALID_UPDATE_VERSION
-    assert _restart(qc).image.features == {"metadata.version": 30}
+    assert _restart(qc).image.features == {"metadata.version": 30, "transaction.version": 2}
 
 
 def test_image_requires_startup(tmp_path):

@@ -195,3 +195,84 @@ def test_describe_and_list() -> None:
     assert h.shard.list_transactions({S.EMPTY}, None, -1, None, now) == []
     assert h.shard.list_transactions(None, {7}, -1, None, now) == []
     assert h.shard.list_transactions(None, None, 1, None, now) == []
+
+
+# ----------------------------------------------------------------------- transactions version 2 (KIP-890 part 2)
+TV2 = 2
+
+
+def end2(h: Harness, pid: int, epoch: int, commit: bool) -> int:
+    return h.write(lambda s: s.end_transaction(TID, pid, epoch, commit, client_transaction_version=TV2))
+
+
+def test_v2_end_bumps_the_epoch_and_retries_carry_the_old_one() -> None:
+    h = Harness()
+    h.init()
+    assert h.write(lambda s: s.add_partitions(TID, 1000, 0, [("a", 0)], client_transaction_version=TV2)) == E.NONE
+    assert end2(h, 1000, 0, True) == E.NONE
+    assert h.state().state is S.PREPARE_COMMIT and h.state().producer_epoch == 1
+    # the markers carry the bumped epoch, so a late batch of epoch 0 is older than the partition's producer
+    assert h.prepared == [PendingCompletion(TID, 1000, 1, True, (("a", 0),), 3, transaction_version=2)]
+    assert end2(h, 1000, 0, True) == E.CONCURRENT_TRANSACTIONS  # a retry while the markers are written
+    assert end2(h, 1000, 0, False) == E.INVALID_TXN_STATE
+    h.complete_all()
+    assert h.shard.producer_identity(TID) == (1000, 1)
+    assert end2(h, 1000, 0, True) == E.NONE  # a retry after completion
+    assert end2(h, 1000, 0, False) == E.INVALID_TXN_STATE
+    assert end2(h, 1000, 1, True) == E.INVALID_TXN_STATE  # nothing to commit with the new epoch
+    # the old epoch can neither add nor verify partitions: a late produce of the last transaction is fenced
+    assert h.write(lambda s: s.add_partitions(TID, 1000, 0, [("a", 0)], client_transaction_version=TV2)) \
+        == E.PRODUCER_FENCED
+    assert h.shard.verify_partitions(TID, 1000, 0, [("a", 0)]) == {("a", 0): E.PRODUCER_FENCED}
+    # an abort without partitions bumps too (CompleteCommit -> PrepareAbort -> CompleteAbort)
+    assert end2(h, 1000, 1, False) == E.NONE
+    h.complete_all()
+    assert (h.state().state, h.state().producer_epoch) == (S.COMPLETE_ABORT, 2)
+    assert end2(h, 1000, 1, False) == E.NONE  # its retry
+    assert end2(h, 1000, 5, False) == E.PRODUCER_FENCED
+    # a reload keeps the version-2 fields (value version 1)
+    assert h.reloaded()[TID][:3] == (1000, 2, S.COMPLETE_ABORT)
+    assert Harness(h.writer, h.scheduler).state().client_transaction_version == TV2
+
+
+def test_v2_epoch_overflow_takes_a_new_producer_id() -> None:
+    h = Harness()
+    h.init()
+    h.state().producer_epoch = 32766
+    assert h.write(lambda s: s.add_partitions(TID, 1000, 32766, [("a", 0)], client_transaction_version=TV2)) \
+        == E.NONE
+    assert end2(h, 1000, 32766, True) == E.NONE
+    assert (h.state().producer_id, h.state().producer_epoch, h.state().next_producer_id) == (1000, 32767, 1001)
+    assert h.shard.producer_identity(TID) == (1001, 0)  # what EndTxn v5 answers
+    # the new producer id cannot start a transaction before the markers are written
+    assert h.write(lambda s: s.add_partitions(TID, 1001, 0, [("a", 0)], client_transaction_version=TV2)) \
+        == E.CONCURRENT_TRANSACTIONS
+    h.complete_all()
+    assert (h.state().producer_id, h.state().producer_epoch, h.state().last_producer_id) == (1001, 0, 1000)
+    assert end2(h, 1000, 32766, True) == E.NONE  # a retry with the old identity
+    assert h.shard.producer_identity(TID) == (1001, 0)
+    assert h.reloaded()[TID][:3] == (1001, 0, S.COMPLETE_COMMIT)
+
+
+def test_v2_fencing_bumps_for_the_fence_and_for_the_abort() -> None:
+    h = Harness()
+    h.init()
+    h.write(lambda s: s.add_partitions(TID, 1000, 0, [("a", 0)], client_transaction_version=TV2))
+    assert h.init().error_code == E.CONCURRENT_TRANSACTIONS
+    assert h.state().state is S.PREPARE_ABORT and h.state().producer_epoch == 2
+    h.complete_all()
+    r = h.init()
+    assert (r.error_code, r.producer_id, r.producer_epoch) == (E.NONE, 1000, 3)
+    assert end2(h, 1000, 0, False) == E.PRODUCER_FENCED
+
+
+def test_v1_transactions_keep_their_epoch() -> None:
+    """A classic (version 1) client on the same coordinator: no bump, value version 0 records while the
+    feature is not finalized."""
+    h = Harness()
+    h.init()
+    h.write(lambda s: s.add_partitions(TID, 1000, 0, [("a", 0)]))
+    assert h.write(lambda s: s.end_transaction(TID, 1000, 0, True)) == E.NONE
+    h.complete_all()
+    assert (h.state().state, h.state().producer_epoch) == (S.COMPLETE_COMMIT, 0)
+    assert h.write(lambda s: s.add_partitions(TID, 1000, 0, [("a", 0)])) == E.NONE

@@ -271,3 +271,46 @@ def test_transactional_offsets_are_rebuilt_from_markers_at_load(tmp_path: Path) 
         assert offset_fetch(node, require_stable=True) == (E.NONE, 30)
     finally:
         stop_node(node)
+
+
+def test_transactions_version_2_markers_and_implicit_adds(txn_node: Node) -> None:
+    """Produce v12 and TxnOffsetCommit v5 add their partitions; EndTxn v5 answers the bumped epoch, which the
+    COMMIT markers carry into the data and offsets partitions; a version 2 marker whose epoch is not above the
+    producer's (a stale marker for the open transaction) is refused; the next transaction needs the new epoch."""
+    node = txn_node
+    setup(node)
+    err, pid, epoch = init(node)
+
+    def produce12(e: int, seq: int) -> int:
+        batch = build_batch([(b"k", b"v")], producer_id=pid, producer_epoch=e, base_sequence=seq,
+                            is_transactional=True)
+        r = node.call(K.PRODUCE, 12, ProduceRequest(transactional_id=TID, acks=-1, timeout_ms=5000, topic_data=[
+            ProduceRequest.TopicProduceData(name=TOPIC, partition_data=[
+                ProduceRequest.PartitionProduceData(index=0, records=batch)])]))
+        return r.responses[0].partition_responses[0].error_code
+
+    def marker_v2(e: int) -> int:
+        r = node.call(K.WRITE_TXN_MARKERS, 2, WriteTxnMarkersRequest(markers=[WriteTxnMarkersRequest.WritableTxnMarker(
+            producer_id=pid, producer_epoch=e, transaction_result=True, coordinator_epoch=0, transaction_version=2,
+            topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(name=TOPIC, partition_indexes=[0])])]))
+        return r.markers[0].topics[0].partitions[0].error_code
+
+    assert produce12(epoch, 0) == E.NONE  # no AddPartitionsToTxn
+    assert txn_offset_commit(node, pid, epoch, 7, version=5) == E.NONE  # no AddOffsetsToTxn
+    d = node.call(K.DESCRIBE_TRANSACTIONS, 0, DescribeTransactionsRequest(transactional_ids=[TID]))
+    state = d.transaction_states[0]
+    assert state.transaction_state == "Ongoing"
+    assert {(t.topic, tuple(t.partitions)) for t in state.topics} == {
+        (TOPIC, (0,)), ("__consumer_offsets", (node.broker.group_coordinator.partition_for(GROUP),))}
+    assert marker_v2(epoch) == E.INVALID_PRODUCER_EPOCH  # not above the open transaction's epoch
+    r = node.call(K.END_TXN, 5, EndTxnRequest(transactional_id=TID, producer_id=pid, producer_epoch=epoch,
+                                              committed=True))
+    assert (r.error_code, r.producer_id, r.producer_epoch) == (E.NONE, pid, epoch + 1)
+    assert offset_fetch(node, require_stable=True) == (E.NONE, 7)
+    producers = node.call(K.DESCRIBE_PRODUCERS, 0, DescribeProducersRequest(topics=[
+        DescribeProducersRequest.TopicRequest(name=TOPIC, partition_indexes=[0])])).topics[0].partitions[0]
+    assert [(p.producer_epoch, p.current_txn_start_offset) for p in producers.active_producers] == [(epoch + 1, -1)]
+    assert marker_v2(epoch + 1) == E.NONE  # a retried marker of the ended transaction
+    assert produce12(epoch, 1) == E.INVALID_PRODUCER_EPOCH  # late
+    assert txn_offset_commit(node, pid, epoch, 9, version=5) == E.INVALID_PRODUCER_EPOCH
+    assert produce12(epoch + 1, 0) == E.NONE

@@ -46,6 +46,8 @@ NO_PRODUCER_EPOCH = -1
 MAX_PRODUCER_EPOCH = 32767
 #: The value version written while ``transaction.version`` is 0 (Kafka writes v1 from level 1 on).
 TRANSACTION_LOG_VALUE_VERSION = 0
+#: Client transaction version of a transactions-version-2 transaction (epoch bump per transaction).
+TV2 = 2
 
 
 class TransactionState(enum.IntEnum):
@@ -96,7 +98,8 @@ VALID_PREVIOUS_STATES: dict[TransactionState, frozenset[TransactionState]] = {
     S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.PREPARE_COMMIT: frozenset({S.ONGOING}),
-    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    # Empty/Complete*: a transactions-version-2 abort without partitions (KIP-890 part 2)
+    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
     S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
     S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
@@ -135,11 +138,16 @@ class TransactionMetadata:
     txn_last_update_timestamp: int = -1
     last_producer_epoch: int = NO_PRODUCER_EPOCH
     last_producer_id: int = NO_PRODUCER_ID
+    #: PrepareX of a transactions-version-2 transaction whose epoch is exhausted: the producer id CompleteX takes
+    next_producer_id: int = NO_PRODUCER_ID
+    #: 2 when the transaction was begun or ended with the transactions-version-2 requests, else 0
+    client_transaction_version: int = 0
 
     def copy(self) -> TransactionMetadata:
         return TransactionMetadata(self.transactional_id, self.producer_id, self.producer_epoch, self.txn_timeout_ms,
                                    self.state, set(self.partitions), self.txn_start_timestamp,
-                                   self.txn_last_update_timestamp, self.last_producer_epoch, self.last_producer_id)
+                                   self.txn_last_update_timestamp, self.last_producer_epoch, self.last_producer_id,
+                                   self.next_producer_id, self.client_transaction_version)
 
     def transition(self, target: TransactionState, **changes: object) -> TransactionMetadata:
         """A copy in ``target`` with ``changes`` applied; raises IllegalTransactionTransition."""
@@ -153,7 +161,9 @@ class TransactionMetadata:
     def sorted_partitions(self) -> list[tuple[str, int]]:
         return sorted(self.partitions)
 
-    def to_record(self) -> CoordinatorRecord:
+    def to_record(self, value_version: int = TRANSACTION_LOG_VALUE_VERSION) -> CoordinatorRecord:
+        """The ``__transaction_state`` record; ``value_version`` 1 (finalized ``transaction.version`` >= 1) also
+        carries the previous/next producer id and the client transaction version (tagged fields)."""
         by_topic: dict[str, list[int]] = {}
         for topic, partition in self.sorted_partitions():
             by_topic.setdefault(topic, []).append(partition)
@@ -164,9 +174,10 @@ class TransactionMetadata:
             transaction_partitions=None if self.state is S.EMPTY else [  # type: ignore[arg-type]
                 TransactionLogValue.PartitionsSchema(topic=t, partition_ids=ps) for t, ps in by_topic.items()],
             transaction_last_update_timestamp_ms=self.txn_last_update_timestamp,
-            transaction_start_timestamp_ms=self.txn_start_timestamp)
-        return CoordinatorRecord(TransactionLogKey(transactional_id=self.transactional_id), value,
-                                 TRANSACTION_LOG_VALUE_VERSION)
+            transaction_start_timestamp_ms=self.txn_start_timestamp,
+            previous_producer_id=self.last_producer_id, next_producer_id=self.next_producer_id,
+            client_transaction_version=self.client_transaction_version)
+        return CoordinatorRecord(TransactionLogKey(transactional_id=self.transactional_id), value, value_version)
 
     @classmethod
     def from_value(cls, transactional_id: str, value: TransactionLogValue) -> TransactionMetadata:
@@ -174,7 +185,8 @@ class TransactionMetadata:
         return cls(transactional_id, value.producer_id, value.producer_epoch, value.transaction_timeout_ms,
                    TransactionState(value.transaction_status), partitions, value.transaction_start_timestamp_ms,
                    value.transaction_last_update_timestamp_ms,
-                   last_producer_id=value.previous_producer_id)
+                   last_producer_id=value.previous_producer_id, next_producer_id=value.next_producer_id,
+                   client_transaction_version=value.client_transaction_version)
 
 
 def tombstone(transactional_id: str) -> CoordinatorRecord:

@@ -54,8 +54,9 @@ MARKER_RETRY_MS = 200
 #: how often a marker appended here is checked for being on every in-sync replica (ms)
 MARKER_REPLICATION_POLL_MS = 10
 
-#: marker_writer(topic, partition, producer_id, producer_epoch, coordinator_epoch, commit) -> error code
-MarkerWriter = Callable[[str, int, int, int, int, bool], int]
+#: marker_writer(topic, partition, producer_id, producer_epoch, coordinator_epoch, commit, transaction_version)
+#: -> error code (transaction_version 2: the partition checks the marker with the version 2 epoch rule)
+MarkerWriter = Callable[[str, int, int, int, int, bool, int], int]
 
 #: marker results after which the partition needs no marker any more
 _MARKER_DONE = {ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
@@ -121,7 +122,12 @@ class TransactionCoordinator:
     def _build_shard(self, partition: int, timer: CoordinatorTimer) -> TransactionCoordinatorShard:
         return TransactionCoordinatorShard(partition, self.config, timer, self.scheduler.now_ms,
                                            self.producer_id_manager.generate, self._coordinator_epoch(partition),
-                                           self._on_prepared)
+                                           self._on_prepared, self.transaction_version)
+
+    def transaction_version(self) -> int:
+        """The finalized ``transaction.version`` feature level (0 when not finalized)."""
+        features = getattr(self.controller.image, "features", None) or {}
+        return int(features.get("transaction.version", 0))
 
     # ---- life cycle
     def startup(self) -> None:
@@ -211,11 +217,14 @@ class TransactionCoordinator:
         return result
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: list[tuple[str, int]]) -> int:
+                       partitions: list[tuple[str, int]], client_transaction_version: int = 0) -> int:
+        """AddPartitionsToTxn; ``client_transaction_version`` 2 for the broker's implicit add (Produce v12,
+        TxnOffsetCommit v5, AddPartitionsToTxn v4+ without VerifyOnly)."""
         try:
             result = self.runtime.write(self.partition_for(transactional_id),
                                         lambda shard: shard.add_partitions(transactional_id, producer_id,
-                                                                           producer_epoch, partitions))
+                                                                           producer_epoch, partitions,
+                                                                           client_transaction_version))
         except KafkaError as exc:
             return exc.code
         assert result is not None
@@ -231,16 +240,28 @@ class TransactionCoordinator:
         except KafkaError as exc:
             return {tp: exc.code for tp in partitions}
 
-    def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> int:
+    def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                        client_transaction_version: int = 0) -> int:
+        """EndTxn; ``client_transaction_version`` 2 (EndTxn v5) bumps the epoch (see the shard)."""
         try:
             result = self.runtime.write(self.partition_for(transactional_id),
                                         lambda shard: shard.end_transaction(transactional_id, producer_id,
-                                                                            producer_epoch, commit))
+                                                                            producer_epoch, commit,
+                                                                            client_transaction_version=
+                                                                            client_transaction_version))
         except KafkaError as exc:
             return exc.code
         self._drain()
         assert result is not None
         return result
+
+    def producer_identity(self, transactional_id: str) -> tuple[int, int]:
+        """``(producer id, epoch)`` an EndTxn v5 answers with (the shard's ``producer_identity``)."""
+        try:
+            return self.runtime.read(self.partition_for(transactional_id),
+                                     lambda shard: shard.producer_identity(transactional_id))
+        except KafkaError:
+            return -1, -1
 
     async def settled(self, partition: int) -> int:
         """After a read of ``partition``'s shard: wait until its in-sync replicas hold every record written so
@@ -328,7 +349,7 @@ class TransactionCoordinator:
             topic, partition = job.remaining[0]
             try:
                 error = self.marker_writer(topic, partition, c.producer_id, c.producer_epoch, c.coordinator_epoch,
-                                           c.commit)
+                                           c.commit, c.transaction_version)
             except Exception:
                 log.exception("writing a marker to %s-%d failed", topic, partition)
                 error = ErrorCode.UNKNOWN_SERVER_ERROR

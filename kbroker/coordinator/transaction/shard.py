@@ -20,6 +20,13 @@ restated:
   transaction's start time is set when it leaves Empty/Complete*).
 * **Verify** (AddPartitionsToTxn v4+ ``VerifyOnly``, and the produce path): the same id/epoch checks, then
   per partition NONE if it is in the transaction, else TRANSACTION_ABORTABLE.
+* **Transactions version 2** (KIP-890 part 2): AddPartitions with client version 2 (the broker's implicit add of
+  Produce v12 and TxnOffsetCommit v5) marks the transaction as version 2. EndTxn v5 (client version 2) bumps
+  the epoch into PrepareX (markers carry it; an exhausted epoch takes ``next_producer_id``, the producer id of
+  CompleteX with epoch 0); its retries are recognised by the epoch one below the current one (or the
+  exhausted epoch of the previous producer id); an abort from Empty/CompleteCommit/CompleteAbort bumps the
+  epoch with no partitions (Kafka's table in ``TransactionCoordinator.endTransaction``). Fencing a
+  version-2 transaction (InitProducerId, timeout) bumps twice: once to fence, once for the abort.
 * **EndTxn**: from Ongoing to PrepareCommit/PrepareAbort (the decision is durable from here), answered NONE;
   the markers are written by the service (:meth:`on_prepared` hands it the work), then Complete*.
   A retry after completion with the same result is NONE; PrepareX with the same result is
@@ -42,8 +49,10 @@ from typing import Callable, Iterable
 from kbroker.coordinator.runtime import CoordinatorRecord, CoordinatorResult, CoordinatorTimer
 from kbroker.coordinator.transaction.config import TransactionCoordinatorConfig
 from kbroker.coordinator.transaction.metadata import (
+    MAX_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
+    TV2,
     TransactionMetadata,
     TransactionState,
     is_epoch_exhausted,
@@ -70,6 +79,8 @@ class PendingCompletion:
     commit: bool
     partitions: tuple[tuple[str, int], ...]
     coordinator_epoch: int
+    #: 2 for a transactions-version-2 transaction: its markers are checked with that version's epoch rule
+    transaction_version: int = 0
 
 
 @dataclass(slots=True)
@@ -90,7 +101,8 @@ class TransactionCoordinatorShard:
     def __init__(self, partition: int, config: TransactionCoordinatorConfig, timer: CoordinatorTimer,
                  now_ms: Callable[[], int], generate_producer_id: Callable[[], int],
                  coordinator_epoch: int = 0,
-                 on_prepared: Callable[[int, PendingCompletion], None] | None = None) -> None:
+                 on_prepared: Callable[[int, PendingCompletion], None] | None = None,
+                 transaction_version: Callable[[], int] = lambda: 0) -> None:
         self.partition = partition
         self.config = config
         self.timer = timer
@@ -100,6 +112,14 @@ class TransactionCoordinatorShard:
         self.on_prepared = on_prepared or (lambda partition, completion: None)
         self.transactions: dict[str, TransactionMetadata] = {}
         self.loaded = False
+        #: the finalized ``transaction.version`` (chooses the record value version)
+        self.transaction_version = transaction_version
+
+    def _record(self, txn: TransactionMetadata) -> CoordinatorRecord:
+        # value version 1 from transaction.version 1 on, and always for a version-2 transaction (its next
+        # producer id and client version must survive a reload)
+        v2 = txn.client_transaction_version >= TV2 or txn.next_producer_id != NO_PRODUCER_ID
+        return txn.to_record(1 if v2 or self.transaction_version() >= 1 else 0)
 
     # ================================================================================== replay
     def replay(self, offset: int, producer_id: int, producer_epoch: int, record: CoordinatorRecord) -> None:
@@ -135,7 +155,7 @@ class TransactionCoordinatorShard:
     def _completion(self, txn: TransactionMetadata) -> PendingCompletion:
         return PendingCompletion(txn.transactional_id, txn.producer_id, txn.producer_epoch,
                                  txn.state is S.PREPARE_COMMIT, tuple(txn.sorted_partitions()),
-                                 self.coordinator_epoch)
+                                 self.coordinator_epoch, txn.client_transaction_version)
 
     def _prepared_callback(self, txns: list[TransactionMetadata]) -> Callable[[int], None]:
         def done(error: int) -> None:
@@ -164,12 +184,10 @@ class TransactionCoordinatorShard:
         if txn.state is S.ONGOING:
             # Fence the producer: abort its transaction with a bumped epoch (never returned to anybody); the
             # caller retries and then gets a second bump.
-            fenced = txn.transition(S.PREPARE_EPOCH_FENCE, producer_epoch=self._bump(txn.producer_epoch),
-                                    last_producer_epoch=NO_PRODUCER_EPOCH)
-            prepared = fenced.transition(S.PREPARE_ABORT, txn_last_update_timestamp=now)
+            prepared = self._fence(txn, now)
             log.info("transactional id %s: fencing producer %d epoch %d and aborting its transaction",
                      transactional_id, txn.producer_id, txn.producer_epoch)
-            return CoordinatorResult([prepared.to_record()],
+            return CoordinatorResult([self._record(prepared)],
                                      InitProducerIdResult(ErrorCode.CONCURRENT_TRANSACTIONS),
                                      self._prepared_callback([prepared]))
         if txn.state not in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
@@ -198,12 +216,24 @@ class TransactionCoordinatorShard:
                 self.transactions[transactional_id].last_producer_epoch = new.last_producer_epoch
                 self.transactions[transactional_id].last_producer_id = new.last_producer_id
 
-        return CoordinatorResult([new.to_record()], InitProducerIdResult(ErrorCode.NONE, new.producer_id,
+        return CoordinatorResult([self._record(new)], InitProducerIdResult(ErrorCode.NONE, new.producer_id,
                                                                         new.producer_epoch), done)
 
     @staticmethod
     def _bump(epoch: int) -> int:
         return epoch + 1 if epoch < 32767 else epoch
+
+    def _fence(self, txn: TransactionMetadata, now: int) -> TransactionMetadata:
+        """PrepareAbort of an Ongoing transaction whose producer is fenced (InitProducerId, timeout): the epoch is
+        bumped (PrepareEpochFence, in memory); a transactions-version-2 transaction bumps it once more for the
+        abort itself, taking a new producer id for CompleteAbort when that exhausts the epoch."""
+        fenced = txn.transition(S.PREPARE_EPOCH_FENCE, producer_epoch=self._bump(txn.producer_epoch),
+                                last_producer_epoch=NO_PRODUCER_EPOCH)
+        if txn.client_transaction_version < TV2:
+            return fenced.transition(S.PREPARE_ABORT, txn_last_update_timestamp=now)
+        next_id = self.generate_producer_id() if is_epoch_exhausted(fenced.producer_epoch) else NO_PRODUCER_ID
+        return fenced.transition(S.PREPARE_ABORT, producer_epoch=self._bump(fenced.producer_epoch),
+                                 next_producer_id=next_id, txn_last_update_timestamp=now)
 
     # ================================================================================== partitions
     def _check_producer(self, txn: TransactionMetadata | None, producer_id: int, producer_epoch: int) -> int:
@@ -216,8 +246,14 @@ class TransactionCoordinatorShard:
         return ErrorCode.NONE
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: Iterable[tuple[str, int]]) -> CoordinatorResult[int]:
+                       partitions: Iterable[tuple[str, int]],
+                       client_transaction_version: int = 0) -> CoordinatorResult[int]:
+        """``client_transaction_version`` 2: the broker's implicit add (Produce v12, TxnOffsetCommit v5); the
+        transaction is then ended and fenced with the version 2 rules."""
         txn = self.transactions.get(transactional_id)
+        if txn is not None and txn.state.is_prepare and txn.next_producer_id == producer_id:
+            # the producer already holds the new producer id of a completing epoch overflow
+            return CoordinatorResult(response=ErrorCode.CONCURRENT_TRANSACTIONS)
         error = self._check_producer(txn, producer_id, producer_epoch)
         if error:
             return CoordinatorResult(response=error)
@@ -228,8 +264,8 @@ class TransactionCoordinatorShard:
         now = self.now_ms()
         start = txn.txn_start_timestamp if txn.state is S.ONGOING else now
         new = txn.transition(S.ONGOING, partitions=txn.partitions | wanted, txn_start_timestamp=start,
-                             txn_last_update_timestamp=now)
-        return CoordinatorResult([new.to_record()], ErrorCode.NONE)
+                             txn_last_update_timestamp=now, client_transaction_version=client_transaction_version)
+        return CoordinatorResult([self._record(new)], ErrorCode.NONE)
 
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -242,7 +278,11 @@ class TransactionCoordinatorShard:
 
     # ================================================================================== EndTxn
     def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
-                        from_client: bool = True) -> CoordinatorResult[int]:
+                        from_client: bool = True, client_transaction_version: int = 0) -> CoordinatorResult[int]:
+        """EndTxn; ``client_transaction_version`` 2 (EndTxn v5) follows :meth:`_end_transaction_v2`. The producer
+        id and epoch to answer v5 with are :meth:`producer_identity` afterwards."""
+        if client_transaction_version >= TV2:
+            return self._end_transaction_v2(transactional_id, producer_id, producer_epoch, commit)
         txn = self.transactions.get(transactional_id)
         if txn is None or txn.producer_id != producer_id:
             return CoordinatorResult(response=ErrorCode.INVALID_PRODUCER_ID_MAPPING)
@@ -252,7 +292,7 @@ class TransactionCoordinatorShard:
         if state is S.ONGOING:
             target = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
             new = txn.transition(target, producer_epoch=producer_epoch, txn_last_update_timestamp=self.now_ms())
-            return CoordinatorResult([new.to_record()], ErrorCode.NONE, self._prepared_callback([new]))
+            return CoordinatorResult([self._record(new)], ErrorCode.NONE, self._prepared_callback([new]))
         if (state is S.COMPLETE_COMMIT and commit) or (state is S.COMPLETE_ABORT and not commit):
             return CoordinatorResult(response=ErrorCode.NONE)
         if (state is S.PREPARE_COMMIT and commit) or (state is S.PREPARE_ABORT and not commit):
@@ -260,6 +300,90 @@ class TransactionCoordinatorShard:
         log.info("transactional id %s is %s: cannot %s", transactional_id, state.kafka_name,
                  "commit" if commit else "abort")
         return CoordinatorResult(response=ErrorCode.INVALID_TXN_STATE)
+
+    def _end_transaction_v2(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                            commit: bool) -> CoordinatorResult[int]:
+        """EndTxn with the transactions-version-2 rules (Kafka 4.3 ``TransactionCoordinator.endTransaction``).
+        A retry carries the epoch one below the current one (``retry_on_bump``) or, after an overflow, the
+        exhausted epoch of the previous producer id (``retry_on_overflow``):
+
+        ==============  =======================  ========================
+        state           abort (retry / current)  commit (retry / current)
+        ==============  =======================  ========================
+        Empty           FENCED / bump            FENCED / INVALID_TXN_STATE
+        CompleteAbort   NONE / bump              INVALID_TXN_STATE / INVALID_TXN_STATE
+        CompleteCommit  INVALID_TXN_STATE / bump NONE / INVALID_TXN_STATE
+        ==============  =======================  ========================
+
+        Ongoing with the current epoch -> PrepareCommit/PrepareAbort with the epoch bumped; PrepareX with a retry
+        -> CONCURRENT_TRANSACTIONS (same result) or INVALID_TXN_STATE."""
+        txn = self.transactions.get(transactional_id)
+        if txn is None:
+            return CoordinatorResult(response=ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        state = txn.state
+        retry_on_overflow = (txn.last_producer_id == producer_id and producer_epoch == MAX_PRODUCER_EPOCH - 1
+                             and txn.producer_epoch == 0)
+        retry_on_bump = txn.producer_epoch == producer_epoch + 1
+        if state.is_prepare:
+            valid = retry_on_bump
+        elif state in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+            valid = retry_on_bump or retry_on_overflow or producer_epoch == txn.producer_epoch
+        else:
+            valid = producer_epoch == txn.producer_epoch
+        is_retry = retry_on_bump or retry_on_overflow
+        if txn.producer_id != producer_id and not retry_on_overflow:
+            return CoordinatorResult(response=ErrorCode.INVALID_PRODUCER_ID_MAPPING)
+        if not valid:
+            return CoordinatorResult(response=ErrorCode.PRODUCER_FENCED)
+        if state is S.ONGOING:
+            return self._prepare_v2(txn, S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, False)
+        if state is S.COMPLETE_COMMIT:
+            if commit:
+                return CoordinatorResult(response=ErrorCode.NONE if is_retry else ErrorCode.INVALID_TXN_STATE)
+            if not is_retry:
+                return self._prepare_v2(txn, S.PREPARE_ABORT, True)
+        elif state is S.COMPLETE_ABORT:
+            if not commit:
+                return (CoordinatorResult(response=ErrorCode.NONE) if is_retry
+                        else self._prepare_v2(txn, S.PREPARE_ABORT, True))
+        elif state is S.EMPTY:
+            if not commit:
+                return self._prepare_v2(txn, S.PREPARE_ABORT, True)
+        elif (state is S.PREPARE_COMMIT and commit) or (state is S.PREPARE_ABORT and not commit):
+            return CoordinatorResult(response=ErrorCode.CONCURRENT_TRANSACTIONS)
+        log.info("transactional id %s is %s: cannot %s", transactional_id, state.kafka_name,
+                 "commit" if commit else "abort")
+        return CoordinatorResult(response=ErrorCode.INVALID_TXN_STATE)
+
+    def _prepare_v2(self, txn: TransactionMetadata, target: TransactionState,
+                    no_partition_added: bool) -> CoordinatorResult[int]:
+        """PrepareCommit/PrepareAbort with the epoch bumped (a new producer id for CompleteX when the epoch is
+        exhausted). An abort without partitions starts its transaction now."""
+        now = self.now_ms()
+        next_id = self.generate_producer_id() if is_epoch_exhausted(txn.producer_epoch) else NO_PRODUCER_ID
+        new = txn.transition(target, producer_epoch=txn.producer_epoch + 1, last_producer_epoch=txn.producer_epoch,
+                             next_producer_id=next_id, client_transaction_version=TV2,
+                             txn_start_timestamp=now if no_partition_added else txn.txn_start_timestamp,
+                             txn_last_update_timestamp=now)
+        last_epoch = txn.producer_epoch
+        prepared = self._prepared_callback([new])
+
+        def done(error: int) -> None:
+            if error == ErrorCode.NONE and txn.transactional_id in self.transactions:
+                self.transactions[txn.transactional_id].last_producer_epoch = last_epoch
+            prepared(error)
+
+        return CoordinatorResult([self._record(new)], ErrorCode.NONE, done)
+
+    def producer_identity(self, transactional_id: str) -> tuple[int, int]:
+        """``(producer id, epoch)`` the producer continues with after an EndTxn v5: the new producer id with
+        epoch 0 while an epoch overflow completes, else the current ones; (-1, -1) for an unknown id."""
+        txn = self.transactions.get(transactional_id)
+        if txn is None:
+            return NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        if txn.next_producer_id != NO_PRODUCER_ID:
+            return txn.next_producer_id, 0
+        return txn.producer_id, txn.producer_epoch
 
     def complete_transaction(self, completion: PendingCompletion) -> CoordinatorResult[int]:
         """Every marker is written: PrepareX -> CompleteX (partitions cleared). NOT_COORDINATOR-like no-op
@@ -270,8 +394,14 @@ class TransactionCoordinatorShard:
                 or txn.producer_epoch != completion.producer_epoch):
             return CoordinatorResult(response=ErrorCode.INVALID_TXN_STATE)
         target = S.COMPLETE_COMMIT if completion.commit else S.COMPLETE_ABORT
-        new = txn.transition(target, partitions=set(), txn_last_update_timestamp=self.now_ms())
-        return CoordinatorResult([new.to_record()], ErrorCode.NONE)
+        if txn.next_producer_id != NO_PRODUCER_ID:
+            # a transactions-version-2 epoch overflow: the producer continues with the new id at epoch 0
+            new = txn.transition(target, partitions=set(), txn_last_update_timestamp=self.now_ms(),
+                                 producer_id=txn.next_producer_id, producer_epoch=0,
+                                 last_producer_id=txn.producer_id, next_producer_id=NO_PRODUCER_ID)
+        else:
+            new = txn.transition(target, partitions=set(), txn_last_update_timestamp=self.now_ms())
+        return CoordinatorResult([self._record(new)], ErrorCode.NONE)
 
     # ================================================================================== timers
     def _schedule_abort_check(self) -> None:
@@ -290,10 +420,8 @@ class TransactionCoordinatorShard:
             if txn.state is S.ONGOING and txn.txn_start_timestamp + txn.txn_timeout_ms < now:
                 log.info("transactional id %s: transaction of producer %d epoch %d timed out after %d ms; aborting",
                          txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.txn_timeout_ms)
-                fenced = txn.transition(S.PREPARE_EPOCH_FENCE, producer_epoch=self._bump(txn.producer_epoch),
-                                        last_producer_epoch=NO_PRODUCER_EPOCH)
-                prepared.append(fenced.transition(S.PREPARE_ABORT, txn_last_update_timestamp=now))
-        return CoordinatorResult([t.to_record() for t in prepared], None, self._prepared_callback(prepared))
+                prepared.append(self._fence(txn, now))
+        return CoordinatorResult([self._record(t) for t in prepared], None, self._prepared_callback(prepared))
 
     def _schedule_expiration(self) -> None:
         self.timer.schedule(EXPIRE_IDS_KEY, self.config.remove_expired_transactional_ids_interval_ms,

@@ -36,5 +36,5 @@ StreamsGroupMetadataValue.FIELDS = (
     Field("epoch", "int32", (0, MAX), default=0),
     Field("metadata_hash", "int64", (0, MAX), default=0),
     Field("validated_topology_epoch", "int32", (0, MAX), tagged=(0, MAX), tag=0, default=-1),
-    Field("last_assignment_configs", "array", (0, -1), elem="struct", struct=StreamsGroupMetadataValue.LastAssignmentConfig, nullable=(0, MAX), tagged=(0, MAX), tag=1, default=()),
+    Field("last_assignment_configs", "array", (0, MAX), elem="struct", struct=StreamsGroupMetadataValue.LastAssignmentConfig, nullable=(0, MAX), tagged=(0, MAX), tag=1, default=()),
 )

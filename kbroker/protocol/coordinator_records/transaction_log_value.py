@@ -41,14 +41,14 @@ TransactionLogValue.PartitionsSchema.FIELDS = (
 )
 TransactionLogValue.FIELDS = (
     Field("producer_id", "int64", (0, MAX), default=0),
-    Field("previous_producer_id", "int64", (0, -1), tagged=(1, MAX), tag=0, default=-1),
-    Field("next_producer_id", "int64", (0, -1), tagged=(1, MAX), tag=1, default=-1),
+    Field("previous_producer_id", "int64", (1, MAX), tagged=(1, MAX), tag=0, default=-1),
+    Field("next_producer_id", "int64", (1, MAX), tagged=(1, MAX), tag=1, default=-1),
     Field("producer_epoch", "int16", (0, MAX), default=0),
-    Field("next_producer_epoch", "int16", (0, -1), tagged=(1, MAX), tag=3, default=-1),
+    Field("next_producer_epoch", "int16", (1, MAX), tagged=(1, MAX), tag=3, default=-1),
     Field("transaction_timeout_ms", "int32", (0, MAX), default=0),
     Field("transaction_status", "int8", (0, MAX), default=0),
     Field("transaction_partitions", "array", (0, MAX), elem="struct", struct=TransactionLogValue.PartitionsSchema, nullable=(0, MAX), default=()),
     Field("transaction_last_update_timestamp_ms", "int64", (0, MAX), default=0),
     Field("transaction_start_timestamp_ms", "int64", (0, MAX), default=0),
-    Field("client_transaction_version", "int16", (0, -1), tagged=(1, MAX), tag=2, default=0),
+    Field("client_transaction_version", "int16", (1, MAX), tagged=(1, MAX), tag=2, default=0),
 )

@@ -10,7 +10,8 @@ Behavior:
 * v4-5 (broker to coordinator, batched): ``Transactions`` answered one by one in ``ResultsByTransaction``;
   with ``VerifyOnly`` nothing is written and each partition is NONE if it is in the transaction,
   TRANSACTION_ABORTABLE if not (or the producer's error for all of them); without it the partitions are
-  added as for v3.
+  added as for v3, for a transactions-version-2 producer (another broker's implicit add of Produce v12 /
+  TxnOffsetCommit v5: the transaction then ends and is fenced with the version 2 rules).
 Version notes:
 * v2: PRODUCER_FENCED; v3: flexible; v4: batched broker form, top-level ErrorCode; v5: TRANSACTION_ABORTABLE
   may be returned to clients.
@@ -64,7 +65,9 @@ async def add_or_verify(ctx, transactional_id: str, producer_id: int, producer_e
     if verify_only:
         errors = tc.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
     else:
-        code = tc.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
+        # v4+ without VerifyOnly: another broker's implicit add for a transactions-version-2 producer
+        code = tc.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
+                                 client_transaction_version=2 if version >= 4 else 0)
         if not code:
             code = await tc.replicated(transactional_id)
         errors = {tp: code for tp in partitions}

@@ -1,5 +1,4 @@
-"""EndTxn (API key 26), versions 0-4 (v5, the transactions-version-2 epoch bump, is not advertised:
-``transaction.version`` stays 0).
+"""EndTxn (API key 26), versions 0-5.
 
 Behavior:
 * Committed true/false moves the producer's Ongoing transaction to PrepareCommit/PrepareAbort in
@@ -10,8 +9,15 @@ Behavior:
   CONCURRENT_TRANSACTIONS; Empty or the other result: INVALID_TXN_STATE; unknown id or another producer id:
   INVALID_PRODUCER_ID_MAPPING; another epoch: PRODUCER_FENCED (INVALID_PRODUCER_EPOCH before v2);
   INVALID_REQUEST for an empty transactional id.
+* v5 (transactions version 2, KIP-890 part 2; the Java client sends it when ``transaction.version`` >= 2 is
+  finalized): the epoch is bumped in PrepareCommit/PrepareAbort and the markers carry it; the answer holds the
+  producer id and epoch to continue with (a new producer id with epoch 0 when the epoch was exhausted). A
+  retry carries the epoch before the bump (NONE once completed, CONCURRENT_TRANSACTIONS while completing); an
+  abort in Empty/CompleteCommit/CompleteAbort with the current epoch bumps it with no partitions; other
+  epochs are PRODUCER_FENCED (Kafka 4.3's table, :meth:`TransactionCoordinatorShard._end_transaction_v2
+  <kbroker.coordinator.transaction.shard.TransactionCoordinatorShard._end_transaction_v2>`).
 Version notes:
-* v2: PRODUCER_FENCED; v3: flexible.
+* v2: PRODUCER_FENCED; v3: flexible; v5: ProducerId and ProducerEpoch in the answer, version 2 rules.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from kbroker.server.authorizer import AclOperation, ResourceType
 from kbroker.server.handlers import common
 
 API_KEY = ApiKey.END_TXN
-VERSIONS = range(0, 5)
+VERSIONS = range(0, 6)
+#: the first version with the transactions-version-2 rules
+TV2_VERSION = 5
 
 
 async def handle(ctx, request: EndTxnRequest) -> EndTxnResponse:
@@ -33,10 +41,15 @@ async def handle(ctx, request: EndTxnRequest) -> EndTxnResponse:
                                                                   ResourceType.TRANSACTIONAL_ID,
                                                                   request.transactional_id):
         return EndTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    error = ctx.broker.transaction_coordinator.end_transaction(
-        request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
+    tc = ctx.broker.transaction_coordinator
+    v2 = ctx.api_version >= TV2_VERSION
+    error = tc.end_transaction(request.transactional_id, request.producer_id, request.producer_epoch,
+                               request.committed, client_transaction_version=2 if v2 else 0)
     if not error:
-        error = await ctx.broker.transaction_coordinator.replicated(request.transactional_id)
+        error = await tc.replicated(request.transactional_id)
     if error == ErrorCode.PRODUCER_FENCED and ctx.api_version < 2:
         error = ErrorCode.INVALID_PRODUCER_EPOCH
-    return EndTxnResponse(error_code=error)
+    resp = EndTxnResponse(error_code=error)
+    if v2 and not error:
+        resp.producer_id, resp.producer_epoch = tc.producer_identity(request.transactional_id)
+    return resp

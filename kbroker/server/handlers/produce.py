@@ -19,7 +19,7 @@ Behavior:
   producer id is accepted at any sequence (Kafka 4.x never answers UNKNOWN_PRODUCER_ID here);
 * a request holding a transactional batch fails as a whole with TRANSACTIONAL_ID_AUTHORIZATION_FAILED
   when it has no transactional id, as in Kafka;
-* transactional batches (transactions version 1): the first batch of a transaction in a partition is checked
+* transactional batches (v3-11, transactions version 1): the first batch of a transaction in a partition is checked
   with the transaction coordinator (Kafka's transaction verification, the AddPartitionsToTxn verify-only
   question asked in-process): the partition must be in the producer's Ongoing transaction with this producer
   id and epoch, else INVALID_TXN_STATE (not added), INVALID_PRODUCER_EPOCH (fenced),
@@ -44,8 +44,11 @@ Behavior:
   address in ``NodeEndpoints`` (KIP-951, v10+).
 Version notes:
 * v8: record errors and error message; v10: CurrentLeader and NodeEndpoints tags (KIP-951); v13: topic ids.
-* v12 (transactions version 2, implicit AddPartitionsToTxn) is accepted but handled as version 1:
-  ``transaction.version`` is not finalized, so clients do not rely on it.
+* v12 (transactions version 2, KIP-890 part 2): the first batch of a transaction in a partition adds the
+  partition to the producer's transaction (the coordinator's AddPartitionsToTxn, in-process, or
+  AddPartitionsToTxn v4 without ``verify_only`` to the coordinator's broker) instead of only verifying it; the
+  same answers as above, so a producer whose epoch was bumped by the end of its transaction (a late batch of
+  an earlier transaction) is INVALID_PRODUCER_EPOCH and never opens a transaction.
 """
 
 from __future__ import annotations
@@ -157,9 +160,14 @@ _VERIFICATION_ERRORS = {
 }
 
 
-async def verify_transaction(broker, transactional_id: str, part, records: memoryview) -> None:
+#: the first Produce version whose transactional batches add their partition (transactions version 2)
+IMPLICIT_ADD_VERSION = 12
+
+
+async def verify_transaction(broker, transactional_id: str, part, records: memoryview, add: bool = False) -> None:
     """Before the first batch of a transaction lands in a partition, make sure the coordinator added the
-    partition to that transaction (raises KafkaError otherwise)."""
+    partition to that transaction (raises KafkaError otherwise). With ``add`` (Produce v12+, transactions
+    version 2) the coordinator adds it (an implicit AddPartitionsToTxn) instead."""
     if not records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
         return
     producer_id, producer_epoch = PRODUCER_ID_AND_EPOCH.unpack_from(records, PRODUCER_ID_OFFSET)
@@ -167,10 +175,16 @@ async def verify_transaction(broker, transactional_id: str, part, records: memor
     if entry is not None and entry.current_txn_first_offset >= 0 and entry.producer_epoch == producer_epoch:
         return  # the transaction is already open here
     tp = (part.topic, part.partition_index)
-    code = broker.transaction_coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, [tp])[tp]
+    tc = broker.transaction_coordinator
+    if add:
+        code = tc.add_partitions(transactional_id, producer_id, producer_epoch, [tp], client_transaction_version=2)
+        if not code:
+            code = await tc.replicated(transactional_id)
+    else:
+        code = tc.verify_partitions(transactional_id, producer_id, producer_epoch, [tp])[tp]
     if code == ErrorCode.NOT_COORDINATOR and broker.txn_verifier is not None:
         # the coordinator is another broker of the cluster: ask it (KIP-890)
-        code = await broker.txn_verifier.verify(transactional_id, producer_id, producer_epoch, tp)
+        code = await broker.txn_verifier.verify(transactional_id, producer_id, producer_epoch, tp, add=add)
         if code == ErrorCode.COORDINATOR_NOT_AVAILABLE:
             code = ErrorCode.NOT_ENOUGH_REPLICAS
     if code:
@@ -270,7 +284,8 @@ async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
                 max_bytes = broker.topic_config_int(topic.name, "max.message.bytes")
                 records = validate_batches(pdata.records, version, max_bytes)
                 if request.transactional_id is not None:
-                    await verify_transaction(broker, request.transactional_id, part, records)
+                    await verify_transaction(broker, request.transactional_id, part, records,
+                                             add=version >= IMPLICIT_ADD_VERSION)
                 info = rm.append_records(part, records, acks)
                 pr.base_offset = info.first_offset
                 pr.log_append_time_ms = info.log_append_time

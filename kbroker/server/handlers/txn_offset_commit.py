@@ -1,7 +1,10 @@
-"""TxnOffsetCommit (API key 28), versions 0-4 (v5, transactions version 2, is not advertised).
+"""TxnOffsetCommit (API key 28), versions 0-5.
 
 Behavior:
-* the group's ``__consumer_offsets`` partition must already be in the producer's transaction
+* v5 (transactions version 2, KIP-890 part 2): the group's ``__consumer_offsets`` partition is added to the
+  producer's transaction by the transaction coordinator (no AddOffsetsToTxn needed; AddPartitionsToTxn v4
+  without ``verify_only`` when the coordinator is another broker), with the same errors as below;
+* v0-4: the group's ``__consumer_offsets`` partition must already be in the producer's transaction
   (AddOffsetsToTxn): the transaction coordinator is asked, as Kafka's verification does; otherwise
   INVALID_TXN_STATE, INVALID_PRODUCER_ID_MAPPING, or INVALID_PRODUCER_EPOCH / PRODUCER_FENCED (v3+) for an old
   epoch, with nothing written. In a cluster whose transaction coordinator for the id is another broker, that
@@ -15,7 +18,8 @@ Behavior:
   answers UNSTABLE_OFFSET_COMMIT with RequireStable) until the COMMIT marker reaches the partition, and dropped
   by an ABORT marker.
 Version notes:
-* v2: committed leader epoch; v3: generation, member id, group instance id, flexible; PRODUCER_FENCED.
+* v2: committed leader epoch; v3: generation, member id, group instance id, flexible; PRODUCER_FENCED;
+  v5: the implicit add of transactions version 2.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from kbroker.server.authorizer import AclOperation, ResourceType
 from kbroker.server.handlers import common
 
 API_KEY = ApiKey.TXN_OFFSET_COMMIT
-VERSIONS = range(0, 5)
+VERSIONS = range(0, 6)
+#: the first version that adds the group to the transaction (transactions version 2)
+IMPLICIT_ADD_VERSION = 5
 
 
 def verification_error(code: int, version: int) -> int:
@@ -80,12 +86,24 @@ async def handle(ctx, request: TxnOffsetCommitRequest) -> R:
         error = gc.coordinator_state(request.group_id)
     if not error:
         tp = (OFFSETS_TOPIC, gc.partition_for(request.group_id))
-        found = broker.transaction_coordinator.verify_partitions(
-            request.transactional_id, request.producer_id, request.producer_epoch, [tp])[tp]
+        tc = broker.transaction_coordinator
+        add = version >= IMPLICIT_ADD_VERSION
+        if add:
+            found = tc.add_partitions(request.transactional_id, request.producer_id, request.producer_epoch, [tp],
+                                      client_transaction_version=2)
+            if not found:
+                found = await tc.replicated(request.transactional_id)
+            if found == ErrorCode.CONCURRENT_TRANSACTIONS:
+                # the previous transaction is completing: retriable for the client (Kafka reports the
+                # coordinator's retriable answers as COORDINATOR_NOT_AVAILABLE here)
+                found = ErrorCode.COORDINATOR_NOT_AVAILABLE
+        else:
+            found = tc.verify_partitions(request.transactional_id, request.producer_id, request.producer_epoch,
+                                         [tp])[tp]
         if found == ErrorCode.NOT_COORDINATOR and broker.txn_verifier is not None:
             # the transaction coordinator is another broker: ask it (KIP-890, kbroker/server/txn_verification.py)
             found = await broker.txn_verifier.verify(request.transactional_id, request.producer_id,
-                                                     request.producer_epoch, tp)
+                                                     request.producer_epoch, tp, add=add)
         error = verification_error(found, version)
     if error:
         for p in parts:

@@ -17,8 +17,9 @@ Behavior:
   than the last marker's), NOT_ENOUGH_REPLICAS (also when the in-sync replicas do not all hold the marker
   within 5 s: it is answered only once they do, as Kafka writes markers with acks=all), KAFKA_STORAGE_ERROR.
 Version notes:
-* v1: flexible (v0 was removed in Kafka 4.0); v2: TransactionVersion (accepted; version 2 markers are handled
-  with the version 1 epoch rule, transactions version 2 is not enabled).
+* v1: flexible (v0 was removed in Kafka 4.0); v2: TransactionVersion: a version 2 marker's epoch must be above
+  the producer's epoch in the partition (a retry of a marker for a transaction already ended there is accepted),
+  else INVALID_PRODUCER_EPOCH (KIP-890 part 2); below 2 it must not be older.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class RemoteMarkers:
         self._channels = broker.inter_broker_channels(f"kbroker-{broker.node_id}")
 
     def write(self, leader: int, topic: str, partition: int, producer_id: int, producer_epoch: int,
-              coordinator_epoch: int, commit: bool) -> int:
+              coordinator_epoch: int, commit: bool, transaction_version: int = 0) -> int:
         key = (leader, topic, partition, producer_id, producer_epoch, commit)
         task = self._pending.get(key)
         if task is None:
@@ -64,7 +65,7 @@ class RemoteMarkers:
                 return ErrorCode.NOT_LEADER_OR_FOLLOWER
             req = WriteTxnMarkersRequest(markers=[WriteTxnMarkersRequest.WritableTxnMarker(
                 producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
-                coordinator_epoch=coordinator_epoch, topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(
+                coordinator_epoch=coordinator_epoch, transaction_version=transaction_version, topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(
                     name=topic, partition_indexes=[partition])])])
             self._pending[key] = asyncio.get_running_loop().create_task(self._send(ch, req))
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -76,7 +77,7 @@ class RemoteMarkers:
     @staticmethod
     async def _send(ch: NodeChannel, req: WriteTxnMarkersRequest) -> int:
         try:
-            resp = await ch.request(ApiKey.WRITE_TXN_MARKERS, 1, req, 10.0)
+            resp = await ch.request(ApiKey.WRITE_TXN_MARKERS, 2, req, 10.0)
             return resp.markers[0].topics[0].partitions[0].error_code
         except NodeRequestError as exc:
             log.info("transaction marker to node %d: %s", ch.node_id, exc)
@@ -100,7 +101,7 @@ MARKER_WAITS_PRUNE_AT = 1000
 
 
 def write_marker(broker, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                 coordinator_epoch: int, commit: bool, forward: bool = True) -> int:
+                 coordinator_epoch: int, commit: bool, transaction_version: int = 0, forward: bool = True) -> int:
     """Append one transaction marker as leader; returns the error code. With ``forward`` (this node's
     coordinator) a partition led by another broker gets it through :class:`RemoteMarkers`; a WriteTxnMarkers
     request is answered here only (NOT_LEADER_OR_FOLLOWER when this node does not lead the partition).
@@ -114,7 +115,8 @@ def write_marker(broker, topic: str, partition: int, producer_id: int, producer_
         t = broker.controller.image.topics_by_name.get(topic)
         p = t.partitions.get(partition) if t is not None else None
         if p is not None and p.leader != broker.node_id and p.leader >= 0:
-            return remote.write(p.leader, topic, partition, producer_id, producer_epoch, coordinator_epoch, commit)
+            return remote.write(p.leader, topic, partition, producer_id, producer_epoch, coordinator_epoch, commit,
+                                transaction_version)
     key = (topic, partition, producer_id, producer_epoch, commit)
     waits = broker.replica_manager.marker_waits
     if len(waits) > MARKER_WAITS_PRUNE_AT:
@@ -128,7 +130,8 @@ def write_marker(broker, topic: str, partition: int, producer_id: int, producer_
             return MARKER_NOT_REPLICATED
         del waits[key]
         return ErrorCode.NONE
-    code = _append_marker(broker, topic, partition, producer_id, producer_epoch, coordinator_epoch, commit)
+    code = _append_marker(broker, topic, partition, producer_id, producer_epoch, coordinator_epoch, commit,
+                          transaction_version)
     if code:
         return code
     part = broker.replica_manager.partitions.get((topic, partition))
@@ -159,7 +162,7 @@ async def _replicated(broker, topic: str, partition: int, timeout_s: float) -> i
 
 
 def _append_marker(broker, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                   coordinator_epoch: int, commit: bool) -> int:
+                   coordinator_epoch: int, commit: bool, transaction_version: int = 0) -> int:
     if topic == OFFSETS_TOPIC:
         return broker.group_coordinator.complete_transaction(partition, producer_id, producer_epoch,
                                                              coordinator_epoch, commit)
@@ -168,7 +171,7 @@ def _append_marker(broker, topic: str, partition: int, producer_id: int, produce
         part = rm.get_leader_partition(topic, partition)
         data = build_control_batch(ControlType.COMMIT if commit else ControlType.ABORT, producer_id, producer_epoch,
                                    coordinator_epoch, int(time.time() * 1000))
-        rm.append_records(part, memoryview(data), -1, AppendOrigin.COORDINATOR)
+        rm.append_records(part, memoryview(data), -1, AppendOrigin.COORDINATOR, transaction_version)
     except KafkaError as exc:
         return exc.code
     except OSError as exc:
@@ -196,7 +199,8 @@ async def handle(ctx, request: WriteTxnMarkersRequest) -> R:
             out.topics.append(topic_result)
             for p in t.partition_indexes:
                 error = _append_marker(ctx.broker, t.name, p, marker.producer_id, marker.producer_epoch,
-                                       marker.coordinator_epoch, marker.transaction_result)
+                                       marker.coordinator_epoch, marker.transaction_result,
+                                       marker.transaction_version if ctx.api_version >= 2 else 0)
                 if not error:  # answered once every in-sync replica holds it (acks=all)
                     error = await _replicated(ctx.broker, t.name, p, MARKER_REPLICATION_TIMEOUT_S)
                 topic_result.partitions.append(R.WritableTxnMarkerPartitionResult(partition_index=p,
