@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from kbroker.protocol.errors import ErrorCode
-from kbroker.protocol.metadata_records import FeatureLevelRecord
+from kbroker.protocol.metadata_records import ConfigRecord, FeatureLevelRecord
 
 __all__ = [
     "FEATURE_LEVELS",
@@ -37,12 +37,16 @@ __all__ = [
     "UPGRADE",
     "FeatureLevel",
     "default_levels",
+    "elr_safety_records",
     "metadata_version_level",
     "metadata_version_name",
     "plan_update_features",
 ]
 
 METADATA_VERSION = "metadata.version"
+ELR_VERSION = "eligible.leader.replicas.version"
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+_BROKER_RESOURCE = 4
 
 UPGRADE = 1
 SAFE_DOWNGRADE = 2
@@ -209,3 +213,24 @@ def _check_metadata_version(current: int, level: int, upgrade_type: int) -> Feat
             return invalid("Unsafe metadata downgrade is not supported in this version.")
         return invalid("Refusing to perform the requested downgrade because it might delete metadata information.")
     return None
+
+
+def elr_safety_records(image: Any, static_min_insync_replicas: int) -> list[ConfigRecord]:
+    """Kafka's ``ConfigurationControlManager.maybeGenerateElrSafetyRecords`` (KIP-966): the ConfigRecords that make
+    it safe to turn eligible leader replicas on. A cluster-level ``min.insync.replicas`` (BROKER resource ``""``)
+    with the static value (``server.properties``, default 1) when the cluster has none, and the removal of every
+    broker-level ``min.insync.replicas``, so that every node and the controller agree on one value.
+
+    Kafka writes them with the bootstrap records of a new cluster whose bootstrap features enable ELR
+    (``eligible.leader.replicas.version`` >= 1, the default from 4.1-IV0 on, so every new 4.1+ cluster has the
+    cluster-level record: DescribeConfigs then reports ``min.insync.replicas`` with source
+    DYNAMIC_DEFAULT_BROKER_CONFIG) and ahead of the FeatureLevelRecord of an UpdateFeatures that enables ELR."""
+    records: list[ConfigRecord] = []
+    if MIN_INSYNC_REPLICAS not in image.configs.get((_BROKER_RESOURCE, ""), {}):
+        records.append(ConfigRecord(resource_type=_BROKER_RESOURCE, resource_name="", name=MIN_INSYNC_REPLICAS,
+                                    value=str(static_min_insync_replicas)))
+    for (rtype, name), configs in sorted(image.configs.items()):
+        if rtype == _BROKER_RESOURCE and name != "" and MIN_INSYNC_REPLICAS in configs:
+            records.append(ConfigRecord(resource_type=_BROKER_RESOURCE, resource_name=name, name=MIN_INSYNC_REPLICAS,
+                                        value=None))
+    return records

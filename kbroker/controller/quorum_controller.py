@@ -43,6 +43,7 @@ from kbroker.controller.acl_control import plan_create_acls, plan_delete_acls
 from kbroker.controller.bootstrap import BootstrapError, read_bootstrap_file
 from kbroker.controller.config_control import plan_incremental_alter_configs, plan_legacy_alter_configs
 from kbroker.controller.image import (
+    BROKER_RESOURCE,
     TOPIC_RESOURCE,
     BrokerRegistration,
     Endpoint,
@@ -376,9 +377,22 @@ class QuorumController:
 
     def bootstrap_records(self) -> list[Any]:
         """The records that bootstrap a new cluster's metadata (kbroker.controller.bootstrap): a FeatureLevelRecord
-        per ``BOOTSTRAP_FEATURES`` entry, then the SCRAM credentials of ``kbroker-storage format --add-scram``."""
-        return [*(FeatureLevelRecord(name=n, feature_level=lvl) for n, lvl in BOOTSTRAP_FEATURES.items()),
-                *self._bootstrap_extra]
+        per ``BOOTSTRAP_FEATURES`` entry (with eligible leader replicas on, Kafka's cluster-level
+        ``min.insync.replicas``: :func:`~kbroker.controller.feature_control.elr_safety_records`), then the SCRAM
+        credentials of ``kbroker-storage format --add-scram``."""
+        records: list[Any] = [FeatureLevelRecord(name=n, feature_level=lvl) for n, lvl in BOOTSTRAP_FEATURES.items()]
+        if BOOTSTRAP_FEATURES.get("eligible.leader.replicas.version", 0) > 0:
+            # Kafka's ActivationRecordsGenerator: a new cluster with ELR on gets a cluster-level min.insync.replicas
+            records.append(ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", name="min.insync.replicas",
+                                        value=str(self._static_min_insync_replicas())))
+        return [*records, *self._bootstrap_extra]
+
+    def _static_min_insync_replicas(self) -> int:
+        """``min.insync.replicas`` of ``server.properties`` (Kafka's default 1)."""
+        try:
+            return self.config.get_int("min.insync.replicas")
+        except (KeyError, ValueError):
+            return 1
 
     def shutdown(self) -> None:
         with self._lock:
@@ -1454,15 +1468,22 @@ class QuorumController:
         the FeatureLevelRecords are committed together unless ``validate_only``. Returns None, or the
         ``FeatureUpdateError`` of the first update that fails (nothing is written then). Raises
         ``KafkaError(NOT_CONTROLLER)`` on a standby."""
-        from kbroker.controller.feature_control import plan_update_features
+        from kbroker.controller.feature_control import elr_safety_records, plan_update_features
 
         with self._lock:
             if self.raft_mode and not self.is_active:
                 raise KafkaError(ErrorCode.NOT_CONTROLLER, f"node {self.node_id} is not the active controller")
             records, error = plan_update_features(self.latest_image, self.node_id, SUPPORTED_FEATURES, updates)
+            if error is None and not validate_only and any(
+                    r.name == "eligible.leader.replicas.version" and r.feature_level > 0 for r in records):
+                safety = elr_safety_records(self.latest_image, self._static_min_insync_replicas())
+                if safety:
+                    log.info("enabling eligible leader replicas: min.insync.replicas moves to the cluster level (%s)",
+                             ", ".join(f"{r.resource_name or '<default>'}={r.value}" for r in safety))
+                records = [*safety, *records]
             if error is None and records and not validate_only:
-                log.warning("updating finalized features: %s",
-                            ", ".join(f"{r.name}={r.feature_level}" for r in records))
+                log.warning("updating finalized features: %s", ", ".join(
+                    f"{r.name}={r.feature_level}" for r in records if isinstance(r, FeatureLevelRecord)))
                 self._commit(records)
             return error
 

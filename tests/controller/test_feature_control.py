@@ -99,3 +99,14 @@ def test_release_version_defaults():
     assert default_levels(22)["group.version"] == 1 and default_levels(21)["group.version"] == 0
     assert default_levels(30) == {"kraft.version": 1, "transaction.version": 2, "group.version": 1,
                                   "eligible.leader.replicas.version": 1, "share.version": 1, "streams.version": 1}
+
+
+def test_elr_safety_records_move_min_insync_replicas_to_the_cluster_level():
+    from kbroker.controller.feature_control import elr_safety_records
+
+    img = SimpleNamespace(configs={(4, "1"): {"min.insync.replicas": "3", "log.retention.ms": "5"},
+                                   (4, "2"): {"log.retention.ms": "5"}, (2, "t"): {"min.insync.replicas": "2"}})
+    assert [(r.resource_type, r.resource_name, r.name, r.value) for r in elr_safety_records(img, 2)] == [
+        (4, "", "min.insync.replicas", "2"), (4, "1", "min.insync.replicas", None)]
+    img = SimpleNamespace(configs={(4, ""): {"min.insync.replicas": "1"}})
+    assert elr_safety_records(img, 2) == []  # already safe: nothing to write

@@ -543,3 +543,23 @@ def test_image_requires_startup(tmp_path):
     qc = QuorumController(_config(tmp_path))
     with pytest.raises(RuntimeError):
         qc.image
+
+
+def test_eligible_leader_replicas_put_min_insync_replicas_at_the_cluster_level(make, monkeypatch):
+    """Kafka 4.1+: a new cluster whose bootstrap features enable ELR gets a cluster-level min.insync.replicas record
+    with the static value; enabling ELR later writes it (and drops broker-level values) with the feature record.
+    kbroker does not support ELR yet, so the feature is added to this controller's ranges for the test."""
+    import kbroker.controller.quorum_controller as qcm
+
+    monkeypatch.setitem(qcm.SUPPORTED_FEATURES, "eligible.leader.replicas.version", (0, 1))
+    monkeypatch.setattr(qcm, "BOOTSTRAP_FEATURES", {**qcm.BOOTSTRAP_FEATURES, "eligible.leader.replicas.version": 1})
+    qc = make(**{"min.insync.replicas": "2"})
+    assert qc.image.broker_configs() == {"min.insync.replicas": "2"}
+    assert qc.image.features["eligible.leader.replicas.version"] == 1
+
+    qc.update_features({"eligible.leader.replicas.version": 0})
+    assert qc.incremental_alter_configs([(4, "1", [("min.insync.replicas", 0, "3")]),
+                                         (4, "", [("min.insync.replicas", 1, None)])]) == [(0, None), (0, None)]
+    assert qc.image.broker_configs() == {} and qc.image.broker_configs(1) == {"min.insync.replicas": "3"}
+    qc.update_features({"eligible.leader.replicas.version": 1})
+    assert qc.image.broker_configs() == {"min.insync.replicas": "2"} and qc.image.broker_configs(1) == {}
