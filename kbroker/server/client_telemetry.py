@@ -80,16 +80,20 @@ class ClientTelemetry:
         self.instances: dict[bytes, ClientInstance] = {}
         self._subs_key: Any = None
         self._subs: list[Any] = []
+        self._image: Any = None
 
     def _now_ms(self) -> float:
         return self.clock() * 1000.0
 
     def _subscriptions(self) -> tuple[int, list[Any]]:
+        """(a version that changes with the subscriptions, the subscriptions) of the committed image."""
         image = self.controller.image
-        key = tuple(sorted((k, tuple(sorted(v.items()))) for k, v in image.configs.items() if k[0] == 16))
-        if key != self._subs_key:
-            self._subs_key, self._subs = key, subscriptions(image)
-        return hash(key), self._subs
+        if image is not self._image:
+            key = tuple(sorted((k, tuple(sorted(v.items()))) for k, v in image.configs.items() if k[0] == 16))
+            if key != self._subs_key:
+                self._subs_key, self._subs = key, subscriptions(image)
+            self._image = image
+        return hash(self._subs_key), self._subs
 
     def _instance(self, instance_id: bytes, client: dict[str, str]) -> ClientInstance:
         version, subs = self._subscriptions()
@@ -180,8 +184,12 @@ class ClientTelemetry:
             for (metric, attrs), value in inst.values.items():
                 labels = dict(base)
                 for k, v in attrs:
-                    labels.setdefault(_PROM_LABEL.sub("_", k), v)
-                out.append((_PROM_NAME.sub("_", metric), labels, value))
+                    label = _PROM_LABEL.sub("_", k)
+                    if label and not label.startswith("__"):
+                        labels.setdefault("_" + label if label[0].isdigit() else label, v)
+                name = _PROM_NAME.sub("_", metric)
+                if name and not name[0].isdigit():
+                    out.append((name, labels, value))
         return out
 
 

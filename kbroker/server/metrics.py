@@ -159,15 +159,16 @@ class _ClientTelemetryCollector:
         telemetry = getattr(self.broker, "client_telemetry", None)
         if telemetry is None:
             return
-        families: dict[tuple[str, tuple[str, ...]], GaugeMetricFamily] = {}
+        points: dict[str, list[tuple[dict[str, str], float]]] = {}
         for name, labels, value in telemetry.collect():
-            keys = tuple(sorted(labels))
-            fam = families.get((name, keys))
-            if fam is None:
-                fam = families[(name, keys)] = GaugeMetricFamily(name, "Client metric pushed with PushTelemetry "
-                                                                       "(KIP-714)", labels=list(keys))
-            fam.add_metric([labels[k] for k in keys], value)
-        yield from families.values()
+            points.setdefault(name, []).append((labels, value))
+        for name, samples in points.items():
+            # one family per name: the union of the label names, "" where a sample has no such label
+            keys = sorted({k for labels, _ in samples for k in labels})
+            fam = GaugeMetricFamily(name, "Client metric pushed with PushTelemetry (KIP-714)", labels=keys)
+            for labels, value in samples:
+                fam.add_metric([labels.get(k, "") for k in keys], value)
+            yield fam
 
 
 class _InstrumentedHandler:
