@@ -563,3 +563,19 @@ def test_eligible_leader_replicas_put_min_insync_replicas_at_the_cluster_level(m
     assert qc.image.broker_configs() == {} and qc.image.broker_configs(1) == {"min.insync.replicas": "3"}
     qc.update_features({"eligible.leader.replicas.version": 1})
     assert qc.image.broker_configs() == {"min.insync.replicas": "2"} and qc.image.broker_configs(1) == {}
+
+
+def test_brokers_register_their_feature_ranges_and_updates_respect_them(make):
+    qc = make()
+    ep = [Endpoint("PLAINTEXT", "h2", 9092, 0)]
+    with pytest.raises(KafkaError) as exc:  # group.version 1 is finalized; this broker only knows metadata.version
+        qc.register_broker(ep, broker_id=2, incarnation_id=b"\x02" * 16, features={"metadata.version": (7, 30)})
+    assert exc.value.code == E.UNSUPPORTED_VERSION
+    assert "does not support finalized version 1 of group.version" in exc.value.message
+    reg = qc.register_broker(ep, broker_id=2, incarnation_id=b"\x02" * 16,
+                             features={"metadata.version": (7, 30), "group.version": (1, 1)})
+    assert dict(reg.supported_features) == {"metadata.version": (7, 30), "group.version": (1, 1)}
+    with pytest.raises(KafkaError) as exc:
+        qc.update_features({"group.version": 0})
+    assert exc.value.message == "Invalid update version 0 for feature group.version. Broker 2 only supports versions 1"
+    assert _restart(qc).image.brokers[2].supported_features["group.version"] == (1, 1)
