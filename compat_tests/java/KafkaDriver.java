@@ -650,6 +650,58 @@ public final class KafkaDriver {
                     emit(obj("event", "client-quotas", "entries", out));
                     return 0;
                 }
+                case "describe-features": {
+                    org.apache.kafka.clients.admin.FeatureMetadata fm = admin.describeFeatures().featureMetadata().get();
+                    Map<String, Object> supported = new TreeMap<>();
+                    for (Map.Entry<String, org.apache.kafka.clients.admin.SupportedVersionRange> e : fm.supportedFeatures().entrySet())
+                        supported.put(e.getKey(), List.of((int) e.getValue().minVersion(), (int) e.getValue().maxVersion()));
+                    Map<String, Object> finalized = new TreeMap<>();
+                    for (Map.Entry<String, org.apache.kafka.clients.admin.FinalizedVersionRange> e : fm.finalizedFeatures().entrySet())
+                        finalized.put(e.getKey(), (int) e.getValue().maxVersionLevel());
+                    emit(obj("event", "features", "supported", supported, "finalized", finalized,
+                            "epoch", fm.finalizedFeaturesEpoch().orElse(null)));
+                    return 0;
+                }
+                case "update-features": {
+                    // --feature name=level ... --type upgrade|safe|unsafe --validate-only true
+                    String type = a.get("type", "upgrade");
+                    org.apache.kafka.clients.admin.FeatureUpdate.UpgradeType ut = type.equals("safe")
+                            ? org.apache.kafka.clients.admin.FeatureUpdate.UpgradeType.SAFE_DOWNGRADE
+                            : type.equals("unsafe") ? org.apache.kafka.clients.admin.FeatureUpdate.UpgradeType.UNSAFE_DOWNGRADE
+                            : org.apache.kafka.clients.admin.FeatureUpdate.UpgradeType.UPGRADE;
+                    Map<String, org.apache.kafka.clients.admin.FeatureUpdate> updates = new LinkedHashMap<>();
+                    for (String kv : a.all("feature")) {
+                        int eq = kv.indexOf('=');
+                        updates.put(kv.substring(0, eq), new org.apache.kafka.clients.admin.FeatureUpdate(
+                                Short.parseShort(kv.substring(eq + 1)), ut));
+                    }
+                    Map<String, org.apache.kafka.common.KafkaFuture<Void>> futures = admin.updateFeatures(updates,
+                            new org.apache.kafka.clients.admin.UpdateFeaturesOptions().validateOnly(a.bool("validate-only", false))).values();
+                    Map<String, Object> results = new TreeMap<>();
+                    for (Map.Entry<String, org.apache.kafka.common.KafkaFuture<Void>> e : futures.entrySet()) {
+                        try {
+                            e.getValue().get();
+                            results.put(e.getKey(), obj("error_class", null));
+                        } catch (ExecutionException ex) {
+                            results.put(e.getKey(), obj("error_class", ex.getCause().getClass().getSimpleName(),
+                                    "message", ex.getCause().getMessage()));
+                        }
+                    }
+                    emit(obj("event", "updated-features", "results", results));
+                    return 0;
+                }
+                case "list-config-resources": {
+                    // --type TOPIC|BROKER|BROKER_LOGGER|GROUP|CLIENT_METRICS ... (none: every type)
+                    Set<ConfigResource.Type> types = new java.util.HashSet<>();
+                    for (String t : a.all("type")) types.add(ConfigResource.Type.valueOf(t));
+                    Collection<ConfigResource> found = admin.listConfigResources(types,
+                            new org.apache.kafka.clients.admin.ListConfigResourcesOptions()).all().get();
+                    List<Object> out = new ArrayList<>();
+                    for (ConfigResource r : found) out.add(r.type().name() + ":" + r.name());
+                    out.sort(null);
+                    emit(obj("event", "config-resources", "resources", out));
+                    return 0;
+                }
                 default:
                     throw new UsageException("unknown admin subcommand: " + sub);
             }
@@ -742,7 +794,7 @@ public final class KafkaDriver {
                 "linger-ms", "batch-size", "partitions", "base-ts", "ts-step", "tag", "binary", "nulls", "start-index",
                 "sync", "delay-ms", "pad", "prop", "expect", "isolation", "timeout-ms", "fetch-max-wait-ms", "timestamp",
                 "replication-factor", "config", "broker", "group", "internal", "authorized-operations", "acl",
-                "entity", "set", "remove", "validate-only", "strict");
+                "entity", "set", "remove", "validate-only", "strict", "feature", "type");
 
         static Args parse(String[] argv, int from) throws UsageException {
             Args a = new Args();

@@ -14,7 +14,8 @@ Per resource, in Kafka's order:
 4. resource type: TOPIC (2), BROKER (4) and GROUP (32, :mod:`kbroker.controller.group_configs`) are supported; BROKER names must be ``""`` (cluster default), this
    node's id or, in a cluster, the id of a registered broker (the request was forwarded by that broker, which
    checked that it names itself: ``kbroker.server.handlers.common.misdirected_broker_resources``, Kafka's
-   ``ConfigAdminManager``); other types get INVALID_REQUEST;
+   ``ConfigAdminManager``); CLIENT_METRICS (16) subscriptions (KIP-714, ``kbroker.controller.client_metrics``);
+   other types get INVALID_REQUEST;
 5. operations (incremental): SET (0), DELETE (1), APPEND (2) and SUBTRACT (3); APPEND/SUBTRACT only on list
    keys (topics: INVALID_CONFIG "Can't APPEND to key ... because its type is not LIST."; brokers:
    INVALID_REQUEST) and starting from the key's default when it has no value yet;
@@ -23,7 +24,8 @@ Per resource, in Kafka's order:
    (UNKNOWN_TOPIC_OR_PARTITION); brokers with
    :func:`~kbroker.controller.broker_configs.validate_broker_configs` (INVALID_REQUEST); groups with
    :func:`~kbroker.controller.group_configs.validate_group_configs` against the broker's bounds (INVALID_CONFIG; the
-   group need not exist, as Kafka).
+   group need not exist, as Kafka); client metrics with
+   :func:`~kbroker.controller.client_metrics.validate_client_metrics_configs`.
 
 Legacy AlterConfigs replaces the resource's whole set: keys not named are deleted.
 """
@@ -34,6 +36,11 @@ from typing import Any, Mapping, Sequence
 
 from kbroker.controller.broker_configs import DYNAMIC_BROKER_CONFIGS, is_list_config, validate_broker_configs
 from kbroker.controller.group_configs import GROUP_CONFIG_KEYS, GROUP_RESOURCE, validate_group_configs
+from kbroker.controller.client_metrics import (
+    CLIENT_METRICS_KEYS,
+    CLIENT_METRICS_RESOURCE,
+    validate_client_metrics_configs,
+)
 from kbroker.controller.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from kbroker.controller.topic_configs import TOPIC_CONFIG_KEYS, validate_topic_configs
 from kbroker.protocol.errors import ErrorCode, KafkaError
@@ -52,7 +59,7 @@ LegacyResource = tuple[int, str, Sequence[tuple[str, "str | None"]]]
 
 
 def _check_resource(rtype: int, name: str, node_id: int, image: MetadataImage) -> None:
-    if rtype in (TOPIC_RESOURCE, GROUP_RESOURCE):
+    if rtype in (TOPIC_RESOURCE, GROUP_RESOURCE, CLIENT_METRICS_RESOURCE):
         return
     if rtype == BROKER_RESOURCE:
         if name == "":
@@ -70,6 +77,8 @@ def _check_resource(rtype: int, name: str, node_id: int, image: MetadataImage) -
 
 
 def _default_parts(rtype: int, key: str) -> list[str]:
+    if rtype == CLIENT_METRICS_RESOURCE:
+        return []
     spec = TOPIC_CONFIG_KEYS.get(key) if rtype == TOPIC_RESOURCE else GROUP_CONFIG_KEYS.get(key) \
         if rtype == GROUP_RESOURCE else DYNAMIC_BROKER_CONFIGS.get(key)
     default = spec.default if spec is not None else None
@@ -90,6 +99,8 @@ def _validate(image: MetadataImage, rtype: int, name: str, configs: Mapping[str,
                                remote_storage_enabled=remote_storage_enabled)
         if name not in image.topics_by_name:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+    elif rtype == CLIENT_METRICS_RESOURCE:
+        validate_client_metrics_configs(name, configs)
     else:
         validate_broker_configs(configs)
 
@@ -140,9 +151,12 @@ def plan_incremental_alter_configs(image: MetadataImage, node_id: int, resources
                 elif op == DELETE:
                     new[key] = None
                 elif op in (APPEND, SUBTRACT):
-                    specs = TOPIC_CONFIG_KEYS if rtype == TOPIC_RESOURCE else GROUP_CONFIG_KEYS
-                    is_list = (specs[key].type == "list" if key in specs else False) \
-                        if rtype in (TOPIC_RESOURCE, GROUP_RESOURCE) else is_list_config(key)
+                    if rtype == CLIENT_METRICS_RESOURCE:
+                        is_list = CLIENT_METRICS_KEYS.get(key, ("",))[0] == "list"
+                    else:
+                        specs = TOPIC_CONFIG_KEYS if rtype == TOPIC_RESOURCE else GROUP_CONFIG_KEYS
+                        is_list = (specs[key].type == "list" if key in specs else False) \
+                            if rtype in (TOPIC_RESOURCE, GROUP_RESOURCE) else is_list_config(key)
                     if not is_list:
                         if rtype in (TOPIC_RESOURCE, GROUP_RESOURCE):
                             raise KafkaError(ErrorCode.INVALID_CONFIG,

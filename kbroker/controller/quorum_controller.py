@@ -36,13 +36,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from kbroker.config import BrokerConfig, parse_properties
 from kbroker.controller.acl_control import plan_create_acls, plan_delete_acls
 from kbroker.controller.bootstrap import BootstrapError, read_bootstrap_file
 from kbroker.controller.config_control import plan_incremental_alter_configs, plan_legacy_alter_configs
 from kbroker.controller.image import (
+    BROKER_RESOURCE,
     TOPIC_RESOURCE,
     BrokerRegistration,
     Endpoint,
@@ -388,12 +389,24 @@ class QuorumController:
 
     def bootstrap_records(self) -> list[Any]:
         """The records that bootstrap a new cluster's metadata (kbroker.controller.bootstrap): a FeatureLevelRecord
-        per ``BOOTSTRAP_FEATURES`` entry (the level ``kbroker-storage format --feature`` chose, when it did), then
-        the SCRAM credentials of ``kbroker-storage format --add-scram``. A level 0 is not written (not
-        finalized), as Kafka's bootstrap leaves it out."""
+        per ``BOOTSTRAP_FEATURES`` entry (the level ``kbroker-storage format --feature`` chose, when it did; a level
+        0 is not written (not finalized), as Kafka's bootstrap leaves it out; with eligible leader replicas on,
+        Kafka's cluster-level ``min.insync.replicas``: :func:`~kbroker.controller.feature_control.elr_safety_records`),
+        then the SCRAM credentials of ``kbroker-storage format --add-scram``."""
         features = {**BOOTSTRAP_FEATURES, **self._bootstrap_features}
-        return [*(FeatureLevelRecord(name=n, feature_level=lvl) for n, lvl in features.items() if lvl > 0),
-                *self._bootstrap_extra]
+        records: list[Any] = [FeatureLevelRecord(name=n, feature_level=lvl) for n, lvl in features.items() if lvl > 0]
+        if features.get("eligible.leader.replicas.version", 0) > 0:
+            # Kafka's ActivationRecordsGenerator: a new cluster with ELR on gets a cluster-level min.insync.replicas
+            records.append(ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", name="min.insync.replicas",
+                                        value=str(self._static_min_insync_replicas())))
+        return [*records, *self._bootstrap_extra]
+
+    def _static_min_insync_replicas(self) -> int:
+        """``min.insync.replicas`` of ``server.properties`` (Kafka's default 1)."""
+        try:
+            return self.config.get_int("min.insync.replicas")
+        except (KeyError, ValueError):
+            return 1
 
     def shutdown(self) -> None:
         with self._lock:
@@ -1050,7 +1063,8 @@ class QuorumController:
     def register_broker(self, endpoints: Sequence[Endpoint] | None = None, *, broker_id: int | None = None,
                         incarnation_id: bytes | None = None, rack: str | None = None,
                         log_dirs: Sequence[bytes] | None = None, now_ms: int | None = None,
-                        session_timeout_ms: int = 9000) -> BrokerRegistration:
+                        session_timeout_ms: int = 9000,
+                        features: Mapping[str, tuple[int, int]] | None = None) -> BrokerRegistration:
         """(Re-)register a broker (this node by default) and unfence it; returns the registration.
 
         ``endpoints`` defaults to the configured advertised listeners; the server may call this again once
@@ -1059,9 +1073,24 @@ class QuorumController:
         clock of :meth:`broker_heartbeat`) and ``session_timeout_ms``. Raises ``KafkaError``: NOT_CONTROLLER on a
         node that is not the active controller, DUPLICATE_BROKER_REGISTRATION when another incarnation of the
         broker is unfenced and heartbeated within the session timeout.
+
+        ``features``: the broker's supported range per feature (default: this node's :data:`SUPPORTED_FEATURES`),
+        recorded in its registration for UpdateFeatures to check; a broker that names features but not a range
+        holding every finalized level is refused with UNSUPPORTED_VERSION, as Kafka's controller does (one that
+        names none, a kbroker node before features were registered, is let in).
         """
         with self._lock:
             remote = broker_id is not None and broker_id != self.node_id
+            if features is None:
+                features = SUPPORTED_FEATURES
+            elif features:
+                for name, level in sorted(self.latest_image.features.items()):
+                    lo, hi = features.get(name, (0, 0))
+                    if not lo <= level <= hi:
+                        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
+                                         f"Unable to register because the broker does not support finalized version "
+                                         f"{level} of {name}. The broker wants a version between {lo} and {hi}, "
+                                         f"inclusive.")
             if endpoints is None:
                 endpoints = self.local_endpoints()
             if not remote:
@@ -1096,7 +1125,7 @@ class QuorumController:
                             for e in endpoints],
                 features=[RegisterBrokerRecord.BrokerFeature(name=n, min_supported_version=lo,
                                                              max_supported_version=hi)
-                          for n, (lo, hi) in SUPPORTED_FEATURES.items()],
+                          for n, (lo, hi) in features.items()],
                 rack=rack,
                 fenced=True,
                 log_dirs=list(log_dirs or []),
@@ -1436,18 +1465,43 @@ class QuorumController:
 
     # ---- features ----
     def update_features(self, levels: dict[str, int]) -> MetadataImage:
-        """Set finalized feature levels (0 removes a feature). Raises INVALID_UPDATE_VERSION if unsupported."""
+        """Set finalized feature levels (0 removes a feature), each as an upgrade or a safe downgrade (rules in
+        :mod:`kbroker.controller.feature_control`). Raises ``KafkaError(INVALID_UPDATE_VERSION)``."""
+        from kbroker.controller.feature_control import SAFE_DOWNGRADE, UPGRADE
+
         with self._lock:
-            for name, level in levels.items():
-                if name == "metadata.version" and level == 0:
-                    raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, "metadata.version cannot be removed")
-                lo, hi = SUPPORTED_FEATURES.get(name, (0, 0))
-                if level != 0 and not lo <= level <= hi:
-                    raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION,
-                                     f"{name} level {level} is outside the supported range [{lo}, {hi}]")
-                if name == "metadata.version" and level < self.latest_image.metadata_version:
-                    raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, "metadata.version cannot be downgraded")
-            return self._commit([FeatureLevelRecord(name=n, feature_level=lvl) for n, lvl in levels.items()])
+            current = self.latest_image.features
+            updates = [(n, lvl, UPGRADE if lvl >= current.get(n, 0) else SAFE_DOWNGRADE) for n, lvl in levels.items()]
+            error = self.apply_feature_updates(updates)
+            if error is not None:
+                raise KafkaError(error.code, error.message)
+            return self.latest_image
+
+    def apply_feature_updates(self, updates: Sequence[tuple[str, int, int]], validate_only: bool = False) -> Any:
+        """UpdateFeatures (API 57): ``updates`` are ``(feature, level, upgrade type)`` (1 UPGRADE, 2 SAFE_DOWNGRADE,
+        3 UNSAFE_DOWNGRADE). All are checked against this controller's :data:`SUPPORTED_FEATURES`, every
+        registered broker's range and Kafka's rules (:func:`~kbroker.controller.feature_control.plan_update_features`);
+        the FeatureLevelRecords are committed together unless ``validate_only``. Returns None, or the
+        ``FeatureUpdateError`` of the first update that fails (nothing is written then). Raises
+        ``KafkaError(NOT_CONTROLLER)`` on a standby."""
+        from kbroker.controller.feature_control import elr_safety_records, plan_update_features
+
+        with self._lock:
+            if self.raft_mode and not self.is_active:
+                raise KafkaError(ErrorCode.NOT_CONTROLLER, f"node {self.node_id} is not the active controller")
+            records, error = plan_update_features(self.latest_image, self.node_id, SUPPORTED_FEATURES, updates)
+            if error is None and not validate_only and any(
+                    r.name == "eligible.leader.replicas.version" and r.feature_level > 0 for r in records):
+                safety = elr_safety_records(self.latest_image, self._static_min_insync_replicas())
+                if safety:
+                    log.info("enabling eligible leader replicas: min.insync.replicas moves to the cluster level (%s)",
+                             ", ".join(f"{r.resource_name or '<default>'}={r.value}" for r in safety))
+                records = [*safety, *records]
+            if error is None and records and not validate_only:
+                log.warning("updating finalized features: %s", ", ".join(
+                    f"{r.name}={r.feature_level}" for r in records if isinstance(r, FeatureLevelRecord)))
+                self._commit(records)
+            return error
 
     # ---- producer ids ----
     def allocate_producer_ids(self, block_size: int = PRODUCER_ID_BLOCK_SIZE, broker_id: int | None = None,

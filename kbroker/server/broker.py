@@ -82,6 +82,10 @@ class Broker:
 
         #: the client quotas (KIP-13/55/124/219/599), following the committed metadata (start)
         self.client_quotas = ClientQuotas.from_config(config)
+        from kbroker.server.client_telemetry import ClientTelemetry
+
+        #: client instances and their pushed metrics (KIP-714: GetTelemetrySubscriptions, PushTelemetry)
+        self.client_telemetry = ClientTelemetry(self.controller)
         self.group_coordinator = GroupCoordinator.for_broker(self)
         #: markers for partitions led by other brokers (a cluster only)
         self.remote_markers: Any = None

@@ -56,6 +56,7 @@ import random
 import time
 from typing import TYPE_CHECKING, Any
 
+from kbroker.controller.quorum_controller import SUPPORTED_FEATURES
 from kbroker.controller.raft.client import RaftClient, RaftConfig, VoterChangeError
 from kbroker.controller.raft.log import Voter, VoterSet
 from kbroker.controller.raft.partition_log import PartitionRaftLog
@@ -572,7 +573,10 @@ class MetadataQuorum:
                         listeners=[BrokerRegistrationRequest.Listener(
                             name=e.listener, host=e.host, port=e.port, security_protocol=e.security_protocol)
                             for e in endpoints],
-                        features=[], rack=c.config.get("broker.rack").strip() or None,
+                        features=[BrokerRegistrationRequest.Feature(name=n, min_supported_version=lo,
+                                                                    max_supported_version=hi)
+                                  for n, (lo, hi) in SUPPORTED_FEATURES.items()],
+                        rack=c.config.get("broker.rack").strip() or None,
                         is_migrating_zk_broker=False, log_dirs=c._data_dir_ids(), previous_broker_epoch=-1)
                     resp = await self._controller_channel(leader).request(ApiKey.BROKER_REGISTRATION, 4, req,
                                                                          self.request_timeout_s)

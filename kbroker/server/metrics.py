@@ -35,6 +35,11 @@ Gauges, computed when scraped from the broker's own state (so the hot path pays 
   seconds_total`` (the acceptors' waits for ``max.connection.creation.rate``) and
   ``kbroker_connection_ip_rate_closed_total`` (connections closed for an ip ``connection_creation_rate``).
 
+Client metrics (KIP-714): the metrics clients push with PushTelemetry when a client metrics subscription asks
+for them, as gauges named after the metric with dots as underscores (``org_apache_kafka_producer_record_send_total``)
+labelled ``client_instance_id``, ``client_id``, ``client_software_name`` and the data point's attributes
+(``kbroker/server/client_telemetry.py``).
+
 The endpoint is served on the broker's event loop, so scrapes read consistent state without locks.
 """
 
@@ -144,6 +149,28 @@ class _StateCollector:
                                       value=cleaner.rounds)
 
 
+class _ClientTelemetryCollector:
+    """The metrics clients pushed (KIP-714, ``kbroker.server.client_telemetry``), one gauge family per name."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Any]:
+        telemetry = getattr(self.broker, "client_telemetry", None)
+        if telemetry is None:
+            return
+        points: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for name, labels, value in telemetry.collect():
+            points.setdefault(name, []).append((labels, value))
+        for name, samples in points.items():
+            # one family per name: the union of the label names, "" where a sample has no such label
+            keys = sorted({k for labels, _ in samples for k in labels})
+            fam = GaugeMetricFamily(name, "Client metric pushed with PushTelemetry (KIP-714)", labels=keys)
+            for labels, value in samples:
+                fam.add_metric([labels.get(k, "") for k in keys], value)
+            yield fam
+
+
 class _InstrumentedHandler:
     """A handler-table entry that counts record bytes around the real handler module."""
 
@@ -187,6 +214,7 @@ class BrokerMetrics:
         self.request_time = Histogram("kafka_network_requestmetrics_totaltimems", "Request time in milliseconds",
                                       ["request"], buckets=LATENCY_BUCKETS_MS, registry=r)
         r.register(_StateCollector(broker))
+        r.register(_ClientTelemetryCollector(broker))
         self.server: asyncio.AbstractServer | None = None
         self.port: int | None = None
 

@@ -543,3 +543,42 @@ def test_image_requires_startup(tmp_path):
     qc = QuorumController(_config(tmp_path))
     with pytest.raises(RuntimeError):
         qc.image
+
+
+def test_eligible_leader_replicas_put_min_insync_replicas_at_the_cluster_level(make, monkeypatch):
+    """Kafka 4.1+: a new cluster whose bootstrap features enable ELR gets a cluster-level min.insync.replicas record
+    with the static value; enabling ELR later writes it (and drops broker-level values) with the feature record.
+    kbroker does not support ELR yet, so the feature is added to this controller's ranges for the test."""
+    import kbroker.controller.quorum_controller as qcm
+
+    monkeypatch.setitem(qcm.SUPPORTED_FEATURES, "eligible.leader.replicas.version", (0, 1))
+    monkeypatch.setattr(qcm, "BOOTSTRAP_FEATURES", {**qcm.BOOTSTRAP_FEATURES, "eligible.leader.replicas.version": 1})
+    qc = make(**{"min.insync.replicas": "2"})
+    assert qc.image.broker_configs() == {"min.insync.replicas": "2"}
+    assert qc.image.features["eligible.leader.replicas.version"] == 1
+
+    qc.update_features({"eligible.leader.replicas.version": 0})
+    assert qc.incremental_alter_configs([(4, "1", [("min.insync.replicas", 0, "3")]),
+                                         (4, "", [("min.insync.replicas", 1, None)])]) == [(0, None), (0, None)]
+    assert qc.image.broker_configs() == {} and qc.image.broker_configs(1) == {"min.insync.replicas": "3"}
+    qc.update_features({"eligible.leader.replicas.version": 1})
+    assert qc.image.broker_configs() == {"min.insync.replicas": "2"} and qc.image.broker_configs(1) == {}
+
+
+def test_brokers_register_their_feature_ranges_and_updates_respect_them(make):
+    qc = make()
+    ep = [Endpoint("PLAINTEXT", "h2", 9092, 0)]
+    with pytest.raises(KafkaError) as exc:  # group.version 1 is finalized; this broker does not know it
+        qc.register_broker(ep, broker_id=2, incarnation_id=b"\x02" * 16,
+                           features={"metadata.version": (7, 30), "transaction.version": (0, 2)})
+    assert exc.value.code == E.UNSUPPORTED_VERSION
+    assert "does not support finalized version 1 of group.version" in exc.value.message
+    reg = qc.register_broker(ep, broker_id=2, incarnation_id=b"\x02" * 16,
+                             features={"metadata.version": (7, 30), "group.version": (1, 1),
+                                       "transaction.version": (0, 2)})
+    assert dict(reg.supported_features) == {"metadata.version": (7, 30), "group.version": (1, 1),
+                                            "transaction.version": (0, 2)}
+    with pytest.raises(KafkaError) as exc:
+        qc.update_features({"group.version": 0})
+    assert exc.value.message == "Invalid update version 0 for feature group.version. Broker 2 only supports versions 1"
+    assert _restart(qc).image.brokers[2].supported_features["group.version"] == (1, 1)

@@ -42,7 +42,8 @@ async def handle(ctx, request: BrokerRegistrationRequest) -> BrokerRegistrationR
             [Endpoint(lst.name, lst.host, lst.port, lst.security_protocol) for lst in request.listeners],
             broker_id=request.broker_id, incarnation_id=request.incarnation_id, rack=request.rack or None,
             log_dirs=list(request.log_dirs), now_ms=int(time.monotonic() * 1000),
-            session_timeout_ms=broker.config.get_int("broker.session.timeout.ms"))
+            session_timeout_ms=broker.config.get_int("broker.session.timeout.ms"),
+            features={f.name: (f.min_supported_version, f.max_supported_version) for f in request.features})
         if quorum is not None:
             await quorum.wait_committed()
         resp.broker_epoch = reg.broker_epoch

@@ -42,7 +42,8 @@ from kbroker.storage.config import BROKER_TO_TOPIC_KEYS
 API_KEY = ApiKey.DESCRIBE_CONFIGS
 VERSIONS = range(1, 5)
 
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, CLIENT_METRICS = 2, 4, 16
+CLIENT_METRICS_CONFIG = 7  # ConfigSource
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = (
     1, 2, 3, 4, 5)
 GROUP_CONFIG = 8
@@ -192,6 +193,18 @@ def _group_entries(ctx, group: str, keys, synonyms: bool) -> list[R.DescribeConf
     return out
 
 
+def _client_metrics_entries(image, name: str, keys) -> list[R.DescribeConfigsResourceResult]:  # noqa: ANN001
+    """A client metrics subscription (KIP-714): only the keys it sets, source CLIENT_METRICS_CONFIG, no synonyms
+    (Kafka's ``ConfigHelper``); an unknown name has no configs."""
+    from kbroker.controller.client_metrics import CLIENT_METRICS_KEYS, CLIENT_METRICS_RESOURCE
+
+    cfg = image.configs.get((CLIENT_METRICS_RESOURCE, name), {})
+    return [R.DescribeConfigsResourceResult(
+        name=k, value=v, read_only=False, config_source=CLIENT_METRICS_CONFIG, is_sensitive=False, synonyms=[],
+        config_type=_TYPE_IDS.get(CLIENT_METRICS_KEYS.get(k, ("string",))[0], TYPE_STRING), documentation=None)
+        for k, v in sorted(cfg.items()) if keys is None or k in keys]
+
+
 async def handle(ctx, request: DescribeConfigsRequest) -> R:
     image = ctx.broker.controller.image
     resp = R()
@@ -228,6 +241,12 @@ async def handle(ctx, request: DescribeConfigsRequest) -> R:
                 result.error_message = "Group name must not be empty"
                 continue
             result.configs = _group_entries(ctx, res.resource_name, keys, request.include_synonyms)
+        elif res.resource_type == CLIENT_METRICS:
+            if not res.resource_name:
+                result.error_code = ErrorCode.INVALID_REQUEST
+                result.error_message = "Client metrics subscription name must not be empty"
+                continue
+            result.configs = _client_metrics_entries(image, res.resource_name, keys)
         else:
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = f"Unsupported resource type {res.resource_type}"
