@@ -19,6 +19,7 @@ from kbroker.config import BrokerConfig, Listener
 from kbroker.server.apis import Apis
 from kbroker.server.network import KafkaConnection
 from kbroker.server.gc_policy import freeze_long_lived
+from kbroker.server.log_dir_mover import LogDirMover
 from kbroker.server.replica_manager import ReplicaManager
 
 if TYPE_CHECKING:
@@ -73,6 +74,8 @@ class Broker:
             producer_id_expiration_ms=config.get_int("producer.id.expiration.ms"),
             producer_id_expiration_check_interval_ms=config.get_int("producer.id.expiration.check.interval.ms"))
         self.replica_manager = ReplicaManager(self)
+        #: AlterReplicaLogDirs moves in progress
+        self.log_dir_mover = LogDirMover(self.log_manager)
         from kbroker.server.replication_quota import ReplicationQuotas
 
         #: the leader and follower replication throttles (KIP-73), following the committed metadata once partitions
@@ -513,6 +516,7 @@ class Broker:
         if self.metrics is not None:
             await self.metrics.close()
         await self.replica_manager.stop_replication()
+        self.log_dir_mover.stop()
         if self.is_broker:
             self.transaction_coordinator.shutdown()
             self.group_coordinator.shutdown()

@@ -163,6 +163,15 @@ class LeaderEpochCache:
         self._starts[0] = start_offset
         self._flush()
 
+    def replace_entries(self, entries: list[tuple[int, int]]) -> None:
+        """Make the cache hold exactly ``entries`` (``[(epoch, start_offset), ...]`` ascending, as
+        :meth:`entries` gives them) and write the file if that changed anything."""
+        if list(zip(self._epochs, self._starts)) == list(entries):
+            return
+        self._epochs = [e for e, _ in entries]
+        self._starts = [s for _, s in entries]
+        self._flush()
+
     def clear(self) -> None:
         if self._epochs:
             self._epochs.clear()

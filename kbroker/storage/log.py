@@ -972,6 +972,54 @@ class PartitionLog:
     def closed(self) -> bool:
         return self._closed
 
+    def adopt(self, future: PartitionLog, target_dir: Path) -> Path:
+        """Finish moving this log to another log directory (AlterReplicaLogDirs): take over the files of
+        ``future`` (a copy of this log in ``<other root>/<topic>-<partition>.<uuid>-future`` holding exactly this
+        log's batches, ``future.log_end_offset == self.log_end_offset``) and rename its directory to
+        ``target_dir``. This object stays the partition's log (every holder keeps it); ``future`` is spent.
+
+        Crash-safe order: ``future`` is flushed with this log's leader epochs, then this log's directory is
+        renamed to ``...-delete`` (removed at the next start), then the future one to ``target_dir``; a start
+        that finds a future directory without the partition's log promotes it (``LogManager.startup``).
+        Returns the retired directory (the caller removes it). Raises ``ValueError`` if ``future`` is not caught
+        up, ``OSError`` from the renames."""
+        if future.log_end_offset != self._leo or future.log_start_offset != self.log_start_offset:
+            raise ValueError(f"{future.dir} is not caught up with {self.dir}")
+        self._check_open()
+        cache = future.leader_epoch_cache
+        cache.replace_entries(self.leader_epoch_cache.entries())
+        if self.topic_id is not None:
+            write_partition_metadata(future.dir, self.topic_id)
+        future.flush()
+        future.producer_state.take_snapshot()
+        retired = self.dir.with_name(f"{self.dir.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        os.replace(self.dir, retired)
+        fsync_dir(retired.parent)
+        os.replace(future.dir, target_dir)
+        fsync_dir(target_dir.parent)
+        old_segments = self._segments + [seg for _, seg in self._pending_deletes]
+        self.dir = Path(target_dir)
+        self.log_dir = self.dir.parent
+        for seg in future._segments + [seg for _, seg in future._pending_deletes]:
+            seg.relocate(self.dir)
+        self._segments, self._bases = future._segments, future._bases
+        self._pending_deletes = future._pending_deletes
+        self.leader_epoch_cache = cache
+        cache.path = self.dir / LEADER_EPOCH_CHECKPOINT
+        self.producer_state = future.producer_state
+        self.producer_state.dir = self.dir
+        self.recovery_point = future.recovery_point
+        self._pending_flush_to = None
+        future._segments, future._bases, future._pending_deletes = [], [], []
+        future._closed = True
+        for seg in old_segments:
+            for closer in (seg.file.close, seg.offset_index.close, seg.time_index.close, seg.txn_index.close):
+                try:
+                    closer()
+                except OSError:
+                    pass
+        return retired
+
     def delete(self) -> None:
         """Close the log, rename its directory to ``<topic>-<partition>.<uuid hex>-delete`` and remove it."""
         if not self._closed:

@@ -33,6 +33,7 @@ from kbroker.storage.util import (
     FUTURE_DIR_SUFFIX,
     STRAY_DIR_SUFFIX,
     fsync_dir,
+    future_dir_name,
     parse_topic_partition,
     partition_dir_name,
     random_uuid,
@@ -142,6 +143,7 @@ class LogManager:
         is found in two log dirs.
         """
         topic_configs = topic_configs or {}
+        futures: list[tuple[Path, Path, bool]] = []
         for root in self.log_dirs:
             root.mkdir(parents=True, exist_ok=True)
             marker = root / CLEAN_SHUTDOWN_FILE
@@ -158,7 +160,10 @@ class LogManager:
                     log.info("removing partially deleted log %s", entry.path)
                     shutil.rmtree(entry.path, ignore_errors=True)
                     continue
-                if name.endswith((FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)):
+                if name.endswith(FUTURE_DIR_SUFFIX):
+                    futures.append((root, Path(entry.path), clean))
+                    continue
+                if name.endswith(STRAY_DIR_SUFFIX):
                     log.warning("leaving %s alone", entry.path)
                     continue
                 try:
@@ -187,8 +192,55 @@ class LogManager:
                 self._log_dir_of[tp] = root
             if clean:
                 marker.unlink(missing_ok=True)
+        for root, path, clean in futures:
+            self._settle_future(root, path, clean, topic_configs, now_ms)
         self._started = True
         self.checkpoint()
+
+    def _settle_future(self, root: Path, path: Path, clean: bool, topic_configs: Mapping[str, LogConfig],
+                       now_ms: int | None) -> None:
+        """A ``-future`` directory found at start-up (AlterReplicaLogDirs cut short by a stop or crash). With the
+        partition's log loaded elsewhere the move had not finished: the copy is removed (the move is not resumed;
+        the operator asks again). Without it the move had retired the source (``PartitionLog.adopt`` renames the
+        source away only once the copy is complete and flushed): the copy becomes the log."""
+        try:
+            tp = parse_topic_partition(path.name)
+        except ValueError:
+            log.warning("leaving %s alone", path)
+            return
+        if tp in self._logs:
+            log.info("removing %s: the move of %s-%d to %s did not finish", path, tp[0], tp[1], root)
+            shutil.rmtree(path, ignore_errors=True)
+            return
+        target = root / partition_dir_name(*tp)
+        os.replace(path, target)
+        fsync_dir(root)
+        log.info("completing the move of %s-%d to %s", tp[0], tp[1], root)
+        self._logs[tp] = PartitionLog(target, topic_configs.get(tp[0], self.default_config), clean_shutdown=clean,
+                                      now_ms=now_ms, producer_id_expiration_ms=self.producer_id_expiration_ms,
+                                      failure_channel=self.failure_channel)
+        self._log_dir_of[tp] = root
+
+    def new_future_log(self, root: Path, plog: PartitionLog) -> PartitionLog:
+        """An empty copy-to-be of ``plog`` in log dir ``root`` (``<topic>-<partition>.<uuid>-future``, not
+        registered: the mover fills it and :meth:`complete_move` makes it the log). Raises
+        ``KafkaError(KAFKA_STORAGE_ERROR)`` on an I/O error (``root`` goes offline)."""
+        self.failure_channel.check(root, f"creating the future log of {plog.topic}-{plog.partition}")
+        try:
+            return PartitionLog(root / future_dir_name(plog.topic, plog.partition), plog.config,
+                                topic_id=plog.topic_id, clean_shutdown=True,
+                                producer_id_expiration_ms=self.producer_id_expiration_ms,
+                                failure_channel=self.failure_channel)
+        except OSError as exc:
+            raise self.failure_channel.io_failed(root, f"creating a future log in {root}", exc) from exc
+
+    def complete_move(self, plog: PartitionLog, future: PartitionLog, root: Path) -> Path:
+        """Make ``future`` (caught up: same log end offset) the files of ``plog`` in ``root``
+        (:meth:`PartitionLog.adopt`); returns the retired directory, which the caller removes
+        (:func:`shutil.rmtree`, off the event loop)."""
+        retired = plog.adopt(future, root / partition_dir_name(plog.topic, plog.partition))
+        self._log_dir_of[(plog.topic, plog.partition)] = root
+        return retired
 
     def mark_strays(self, is_known: Callable[[str, int, bytes | None], bool]) -> list[Path]:
         """Rename every loaded partition directory that ``is_known(topic, partition, topic_id)`` rejects to

@@ -120,6 +120,13 @@ class LogSegment:
         #: a failed write left bytes past ``size`` that could not be cut off (only recovery may touch it now)
         self.tail_damaged = False
 
+    def relocate(self, new_dir: Path) -> None:
+        """The segment's directory was renamed to ``new_dir`` (open handles stay valid): update the paths."""
+        self.dir = Path(new_dir)
+        self.log_path = self.dir / self.log_path.name
+        for index in (self.offset_index, self.time_index, self.txn_index):
+            index.path = self.dir / index.path.name
+
     # -- construction -------------------------------------------------------------------------------
 
     @classmethod

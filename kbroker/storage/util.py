@@ -81,9 +81,20 @@ def random_uuid() -> bytes:
         return raw
 
 
+def future_dir_name(topic: str, partition: int) -> str:
+    """The directory of a replica being moved to another log dir (AlterReplicaLogDirs, as Kafka names it):
+    ``<topic>-<partition>.<uuid hex>-future``."""
+    return f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
+
+
 def parse_topic_partition(dir_name: str) -> tuple[str, int]:
-    """``"<topic>-<partition>"`` -> ``(topic, partition)``; the last '-' separates the partition.
-    Raises ValueError for names that do not have that shape."""
+    """``"<topic>-<partition>"`` (or a future replica's ``"<topic>-<partition>.<uuid hex>-future"``) ->
+    ``(topic, partition)``; the last '-' separates the partition. Raises ValueError for names that do not have
+    that shape."""
+    if dir_name.endswith(FUTURE_DIR_SUFFIX):
+        stem, dot, hexid = dir_name[: -len(FUTURE_DIR_SUFFIX)].rpartition(".")
+        if dot and len(hexid) == 32 and all(c in "0123456789abcdef" for c in hexid):
+            dir_name = stem
     topic, sep, part = dir_name.rpartition("-")
     if not sep or not topic or not part.isdigit():
         raise ValueError(f"not a partition directory name: {dir_name!r}")

@@ -2,7 +2,9 @@
 
 Behavior: one result per ``log.dirs`` entry (absolute path) with the partitions stored there: size in bytes
 of their live segments, ``OffsetLag`` 0 (a leader's log end offset is never behind its high watermark) and
-``IsFutureKey`` false (kbroker does not move replicas between directories). ``Topics`` null lists every
+``IsFutureKey`` false; a replica being moved to another directory (AlterReplicaLogDirs) is also listed under
+its destination with ``IsFutureKey`` true, the size of its copy and, as ``OffsetLag``, how far the copy is
+behind the log end offset. ``Topics`` null lists every
 partition; otherwise only the named partitions found in a directory. A directory that is offline (an I/O
 error took it down, see ``kbroker.storage.log_dir_failure``) or cannot be read gets KAFKA_STORAGE_ERROR and
 no partitions, as Kafka reports an offline log dir.
@@ -42,6 +44,14 @@ async def handle(ctx, request: DescribeLogDirsRequest) -> R:
         by_dir.setdefault(os.path.abspath(root), {}).setdefault(plog.topic, []).append(
             R.DescribeLogDirsPartition(partition_index=plog.partition, partition_size=plog.size_in_bytes,
                                        offset_lag=lag, is_future_key=False))
+    for (topic, partition), move in ctx.broker.log_dir_mover.moves.items():
+        if wanted is not None and (topic, partition) not in wanted:
+            continue
+        future = move.future
+        by_dir.setdefault(os.path.abspath(move.root), {}).setdefault(topic, []).append(
+            R.DescribeLogDirsPartition(partition_index=partition, partition_size=future.size_in_bytes,
+                                       offset_lag=max(0, move.plog.log_end_offset - future.log_end_offset),
+                                       is_future_key=True))
     resp = R()
     for root in lm.log_dirs:
         path = os.path.abspath(root)
