@@ -46,8 +46,8 @@ a valid JSON``, ``Error: Partition reassignment list cannot be empty``, duplicat
 ``Error reassigning partition(s):`` with one ``t-0: <broker's message>`` line per refused partition. Kafka
 prints Java exception class names in some of these; kbroker prints the messages only.
 
-Differences: kbroker does not move replicas between a broker's log directories (it has no
-AlterReplicaLogDirs), so ``log_dirs`` other than ``"any"`` are refused, ``--replica-alter-log-dirs-throttle`` is
+Differences: this tool does not yet send AlterReplicaLogDirs (the broker answers it: see docs/operations.md, "Moving
+a partition to another log directory"), so ``log_dirs`` other than ``"any"`` are refused, ``--replica-alter-log-dirs-throttle`` is
 accepted and says that it sets nothing, and ``--timeout`` (how long Kafka waits for such moves to start) is
 accepted and unused. Kafka's ``--cancel`` prints ``None of the specified partition moves are active.`` without a
 line break; kbroker ends the line.
@@ -90,8 +90,8 @@ CANNOT_EXECUTE_MESSAGE = ("Cannot execute because there is an existing partition
                           "reassignment.")
 VERIFY_WARNING = ("Warning: You must run --verify periodically, until the reassignment completes, to ensure the "
                   "throttle is removed.")
-LOG_DIRS_UNSUPPORTED = ("kbroker does not move replicas between a broker's log directories (no AlterReplicaLogDirs): "
-                        "log_dirs must be \"any\"")
+LOG_DIRS_UNSUPPORTED = ("kbroker-reassign-partitions does not move replicas between a broker's log directories yet "
+                        "(use AlterReplicaLogDirs from an Admin client): log_dirs must be \"any\"")
 TOPIC, BROKER = 2, 4  # ConfigResource types
 OP_SET, OP_DELETE = 0, 1
 
@@ -132,7 +132,7 @@ def build_parser() -> ToolParser:
                    help="with --execute: throttle the movement of partitions between brokers to this rate (bytes/s); "
                         "resubmit with --additional to change it")
     p.add_argument("--replica-alter-log-dirs-throttle", type=int, metavar="BYTES_PER_SEC",
-                   help="accepted for compatibility: kbroker does not move replicas between log directories")
+                   help="accepted for compatibility: this tool does not move replicas between log directories yet")
     p.add_argument("--timeout", type=int, metavar="MS", help="accepted for compatibility (Kafka: how long to wait for "
                                                             "log directory moves to start); unused")
     p.add_argument("--additional", action="store_true", help="execute this reassignment in addition to ongoing ones "
