@@ -137,3 +137,60 @@ def test_alter_replica_log_dirs_errors(kbroker_factory, tmp_path: Path) -> None:
         assert _dirs_of(admin, "stays") == where
     finally:
         admin.close()
+
+
+def test_reassign_partitions_tool_moves_and_verifies_log_dirs(kbroker_factory, tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    dirs = [tmp_path / "disk-a", tmp_path / "disk-b"]
+    broker = kbroker_factory(overrides={"log.dirs": ",".join(str(d) for d in dirs)})
+    create_topic(broker.bootstrap, "tool", 2)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(500):
+        producer.produce("tool", str(i).encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        where = _dirs_of(admin, "tool")  # partition 0's directory
+        source = next(iter(where))
+        target = str(dirs[1]) if source == str(dirs[0]) else str(dirs[0])
+        plan = tmp_path / "plan.json"
+        plan.write_text(json.dumps({"version": 1, "partitions": [
+            {"topic": "tool", "partition": 0, "replicas": [broker.node_id], "log_dirs": [target]}]}))
+
+        def tool(action: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "kbroker.cli.reassign_partitions", "--bootstrap-server",
+                                   broker.bootstrap, action, "--reassignment-json-file", str(plan)],
+                                  capture_output=True, text=True, timeout=60)
+
+        out = tool("--execute")
+        assert out.returncode == 0, out.stderr
+        assert f"Successfully started log directory move for: tool-0-{broker.node_id}" in out.stdout
+        deadline = time.monotonic() + 30
+        while True:
+            out = tool("--verify")
+            assert out.returncode == 0, out.stderr
+            if f"Reassignment of replica tool-0-{broker.node_id} completed successfully." in out.stdout:
+                break
+            assert time.monotonic() < deadline, out.stdout
+            time.sleep(0.3)
+        assert list(_dirs_of(admin, "tool")) == [target]
+        assert sorted(int(v) for v in _read_values(broker.bootstrap, "tool", 0, 250)) == list(range(0, 500, 2))
+    finally:
+        admin.close()
+
+
+def _read_values(bootstrap: str, topic: str, partition: int, expected: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{time.time()}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    out: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(out) < expected and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and not m.error():
+            out.append(m.value())
+    consumer.close()
+    return out

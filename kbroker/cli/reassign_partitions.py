@@ -46,11 +46,15 @@ a valid JSON``, ``Error: Partition reassignment list cannot be empty``, duplicat
 ``Error reassigning partition(s):`` with one ``t-0: <broker's message>`` line per refused partition. Kafka
 prints Java exception class names in some of these; kbroker prints the messages only.
 
-Differences: this tool does not yet send AlterReplicaLogDirs (the broker answers it: see docs/operations.md, "Moving
-a partition to another log directory"), so ``log_dirs`` other than ``"any"`` are refused, ``--replica-alter-log-dirs-throttle`` is
-accepted and says that it sets nothing, and ``--timeout`` (how long Kafka waits for such moves to start) is
-accepted and unused. Kafka's ``--cancel`` prints ``None of the specified partition moves are active.`` without a
-line break; kbroker ends the line.
+``log_dirs`` other than ``"any"``: ``--execute`` sends AlterReplicaLogDirs to each replica's broker (again, until
+``--timeout``, for replicas the reassignment has not created yet) and prints ``Successfully started log directory
+move(s) for: t-0-1,...``; ``--verify`` reports each move as Kafka does (``Reassignment of replica t-0-1 completed
+successfully.`` / ``... is still in progress.`` / ``... is not being moved from log dir X to Y.``).
+
+Differences: ``--cancel`` refuses ``log_dirs`` other than ``"any"`` (Kafka moves such replicas back), and
+``--replica-alter-log-dirs-throttle`` is accepted and says that it sets nothing (the copy is not throttled).
+Kafka's ``--cancel`` prints ``None of the specified partition moves are active.`` without a line break; kbroker
+ends the line.
 
 Everything goes through kbroker's protocol codec (:mod:`kbroker.cli._wire`; confluent-kafka has neither
 AlterPartitionReassignments nor ListPartitionReassignments): Metadata, AlterPartitionReassignments (API 45),
@@ -64,6 +68,7 @@ import argparse
 import json
 import random
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -90,8 +95,8 @@ CANNOT_EXECUTE_MESSAGE = ("Cannot execute because there is an existing partition
                           "reassignment.")
 VERIFY_WARNING = ("Warning: You must run --verify periodically, until the reassignment completes, to ensure the "
                   "throttle is removed.")
-LOG_DIRS_UNSUPPORTED = ("kbroker-reassign-partitions does not move replicas between a broker's log directories yet "
-                        "(use AlterReplicaLogDirs from an Admin client): log_dirs must be \"any\"")
+LOG_DIRS_UNSUPPORTED = ("kbroker-reassign-partitions --cancel does not cancel log directory moves: log_dirs must be "
+                        "\"any\" (move the replica back with another --execute)")
 TOPIC, BROKER = 2, 4  # ConfigResource types
 OP_SET, OP_DELETE = 0, 1
 
@@ -132,7 +137,7 @@ def build_parser() -> ToolParser:
                    help="with --execute: throttle the movement of partitions between brokers to this rate (bytes/s); "
                         "resubmit with --additional to change it")
     p.add_argument("--replica-alter-log-dirs-throttle", type=int, metavar="BYTES_PER_SEC",
-                   help="accepted for compatibility: this tool does not move replicas between log directories yet")
+                   help="accepted for compatibility: kbroker does not throttle moves between log directories")
     p.add_argument("--timeout", type=int, metavar="MS", help="accepted for compatibility (Kafka: how long to wait for "
                                                             "log directory moves to start); unused")
     p.add_argument("--additional", action="store_true", help="execute this reassignment in addition to ongoing ones "
@@ -165,6 +170,15 @@ def check_args(p: ToolParser, a: argparse.Namespace) -> str:
 
 
 # ------------------------------------------------------------------------------------------ JSON files
+
+
+def replica_text(replica: tuple[str, int, int]) -> str:
+    """Kafka's ``TopicPartitionReplica`` text: ``topic-partition-broker``."""
+    return f"{replica[0]}-{replica[1]}-{replica[2]}"
+
+
+def _replica_order(replica: tuple[str, int, int]) -> tuple[int, str, int]:
+    return replica[2], replica[0], replica[1]
 
 
 def tp_text(tp: TopicPartition) -> str:
@@ -551,8 +565,6 @@ class ReassignService:
         a = self.args
         parts, log_dirs = parse_reassignment(_read(a.reassignment_json_file))
         proposed = check_execute_targets(parts)
-        if log_dirs:
-            raise CliError(f"Error: {LOG_DIRS_UNSUPPORTED}")
         ongoing = self.wire.list_partition_reassignments()
         if ongoing and not a.additional:
             raise CliError(CANNOT_EXECUTE_MESSAGE)
@@ -579,7 +591,7 @@ class ReassignService:
                 print(f"The inter-broker throttle limit was set to {throttle} B/s")
             if log_dir_throttle >= 0:
                 print(f"The replica-alter-dir throttle limit was not set ({log_dir_throttle} B/s): kbroker does not "
-                      "move replicas between log directories")
+                      "throttle moves between log directories")
         results = self.wire.alter_partition_reassignments(proposed, timeout_ms=int(self.timeout * 1000))
         errors = {tp: error_text(code, message) for tp, (code, message) in results.items() if code}
         if errors:
@@ -587,12 +599,89 @@ class ReassignService:
                            + "\n".join(f"{tp_text(tp)}: {errors[tp]}" for tp in sorted(errors)))
         print(f"Successfully started partition reassignment{_plural(len(proposed))} for "
               + ",".join(tp_text(tp) for tp in sorted(proposed)))
+        if log_dirs:
+            self.execute_log_dir_moves(log_dirs)
+
+    def execute_log_dir_moves(self, moves: Mapping[tuple[str, int, int], str]) -> None:
+        """AlterReplicaLogDirs to each replica's broker, again for replicas not created there yet
+        (NOT_LEADER_OR_FOLLOWER) until ``--timeout``; Kafka's messages."""
+        from kbroker.cli._wire import error_text
+        from kbroker.protocol.errors import ErrorCode
+        from kbroker.protocol.messages import AlterReplicaLogDirsRequest as Req
+
+        pending = dict(moves)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            started: list[tuple[str, int, int]] = []
+            by_broker: dict[int, dict[str, dict[str, list[int]]]] = {}
+            for (t, p, b), d in pending.items():
+                by_broker.setdefault(b, {}).setdefault(d, {}).setdefault(t, []).append(p)
+            for broker, dirs in sorted(by_broker.items()):
+                req = Req(dirs=[Req.AlterReplicaLogDir(path=d, topics=[
+                    Req.AlterReplicaLogDirTopic(name=t, partitions=sorted(ps)) for t, ps in sorted(topics.items())])
+                    for d, topics in sorted(dirs.items())])
+                resp = self.wire.node(broker).send(req)
+                for topic in resp.results:
+                    for part in topic.partitions:
+                        key = (topic.topic_name, part.partition_index, broker)
+                        if part.error_code == 0:
+                            started.append(key)
+                        elif part.error_code not in (ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                                     ErrorCode.REPLICA_NOT_AVAILABLE):
+                            raise CliError(f"Error: failed to move {replica_text(key)} to {pending[key]}: "
+                                           f"{error_text(part.error_code, None)}")
+            if started:
+                print(f"Successfully started log directory move{_plural(len(started))} for: "
+                      + ",".join(replica_text(r) for r in sorted(started, key=_replica_order)))
+            for key in started:
+                pending.pop(key, None)
+            if not pending:
+                return
+            if time.monotonic() >= deadline:
+                raise CliError(f"Error: Timed out before log directory move{_plural(len(pending))} could be "
+                               "started for: " + ",".join(replica_text(r) for r in sorted(pending, key=_replica_order)))
+            time.sleep(0.1)
+
+    def log_dir_move_lines(self, moves: Mapping[tuple[str, int, int], str]) -> list[str]:
+        """Kafka's report of log directory moves (DescribeLogDirs of each broker), one line per replica."""
+        from kbroker.protocol.messages import DescribeLogDirsRequest as Req
+
+        found: dict[tuple[str, int, int], dict[bool, str]] = {}
+        for broker in sorted({b for _, _, b in moves}):
+            topics = {}
+            for t, p, b in moves:
+                if b == broker:
+                    topics.setdefault(t, []).append(p)
+            resp = self.wire.node(broker).send(Req(topics=[Req.DescribableLogDirTopic(topic=t, partitions=sorted(ps))
+                                                           for t, ps in sorted(topics.items())]))
+            for result in resp.results:
+                if result.error_code:
+                    continue
+                for topic in result.topics:
+                    for part in topic.partitions:
+                        found.setdefault((topic.name, part.partition_index, broker), {})[part.is_future_key] = \
+                            result.log_dir
+        lines = []
+        for key in sorted(moves, key=_replica_order):
+            target, (t, p, b) = moves[key], key
+            where = found.get(key, {})
+            current, future = where.get(False), where.get(True)
+            if current is None:
+                lines.append(f"Partition {t}-{p} cannot be found in any live log directory on broker {b}.")
+            elif future is not None:
+                lines.append(f"Reassignment of replica {replica_text(key)} is still in progress." if future == target
+                             else f"Partition {t}-{p} on broker {b} is being moved to log dir {future} instead of "
+                                  f"{target}.")
+            elif current == target:
+                lines.append(f"Reassignment of replica {replica_text(key)} completed successfully.")
+            else:
+                lines.append(f"Partition {t}-{p} on broker {b} is not being moved from log dir {current} to "
+                             f"{target}.")
+        return lines
 
     def verify(self) -> None:
         a = self.args
         targets, log_dirs = parse_reassignment(_read(a.reassignment_json_file))
-        if log_dirs:
-            raise CliError(f"Error: {LOG_DIRS_UNSUPPORTED}")
         ongoing = self.wire.list_partition_reassignments()
         states: dict[TopicPartition, PartitionState] = {}
         described: dict[TopicPartition, list[int]] = {}
@@ -608,8 +697,15 @@ class ReassignService:
                 states[tp] = PartitionState(tuple(described.get(tp, ())), tuple(target), True)
         for line in status_lines(states):
             print(line)
-        print()  # Kafka prints its (here empty) report of log directory moves
-        if not ongoing and not a.preserve_throttles:
+        moving = False
+        if log_dirs:
+            move_lines = self.log_dir_move_lines(log_dirs)
+            moving = any(line.endswith("is still in progress.") for line in move_lines)
+            for line in move_lines:
+                print(line)
+        else:
+            print()  # Kafka prints its (here empty) report of log directory moves
+        if not ongoing and not moving and not a.preserve_throttles:
             self.clear_all_throttles(targets)
 
     def cancel(self) -> None:
