@@ -95,6 +95,7 @@ BROKER_DEFAULTS: dict[str, str] = {
     "replica.fetch.max.bytes": "1048576",
     "replica.fetch.response.max.bytes": "10485760",
     "replica.fetch.wait.max.ms": "500",
+    "max.incremental.fetch.session.cache.slots": "1000",
     "replica.fetch.min.bytes": "1",
     "replica.fetch.backoff.ms": "1000",
     "replica.lag.time.max.ms": "30000",

@@ -19,6 +19,7 @@ from kbroker.config import BrokerConfig, Listener
 from kbroker.server.apis import Apis
 from kbroker.server.network import KafkaConnection
 from kbroker.server.gc_policy import freeze_long_lived
+from kbroker.server.fetch_session import FetchSessionCache
 from kbroker.server.log_dir_mover import LogDirMover
 from kbroker.server.replica_manager import ReplicaManager
 
@@ -76,6 +77,8 @@ class Broker:
         self.replica_manager = ReplicaManager(self)
         #: AlterReplicaLogDirs moves in progress
         self.log_dir_mover = LogDirMover(self.log_manager)
+        #: incremental fetch sessions (KIP-227)
+        self.fetch_sessions = FetchSessionCache(config.get_int("max.incremental.fetch.session.cache.slots"))
         from kbroker.server.replication_quota import ReplicationQuotas
 
         #: the leader and follower replication throttles (KIP-73), following the committed metadata once partitions

@@ -107,6 +107,18 @@ class _StateCollector:
         for listener in sorted({lst.name for lst in b.config.listeners} | set(counts)):
             conns.add_metric([listener], counts.get(listener, 0))
         yield conns
+        sessions = getattr(b, "fetch_sessions", None)
+        if sessions is not None:  # KIP-227 (Kafka's FetchSessionCache metrics, and kbroker's counters)
+            yield GaugeMetricFamily("kafka_server_fetchsessioncache_numincrementalfetchsessions",
+                                    "Incremental fetch sessions kept", value=len(sessions.sessions))
+            yield GaugeMetricFamily("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+                                    "Partitions in the incremental fetch sessions", value=sessions.partitions_cached())
+            yield CounterMetricFamily("kbroker_fetch_sessions_created", "Incremental fetch sessions opened",
+                                      value=sessions.created)
+            yield CounterMetricFamily("kbroker_fetch_session_incremental_requests",
+                                      "Incremental fetch requests answered", value=sessions.incremental_requests)
+            yield CounterMetricFamily("kafka_server_fetchsessioncache_incrementalfetchsessionevictions",
+                                      "Sessions evicted for new ones", value=sessions.evictions)
         yield GaugeMetricFamily("kafka_controller_kafkacontroller_activecontrollercount",
                                 "1 if this node is the active controller", value=1 if b.controller.is_active else 0)
         quotas = getattr(b, "replication_quotas", None)

@@ -12,8 +12,9 @@ Behavior:
   high watermark moves on one of its partitions;
 * the response holds exactly the requested partitions; partitions without data or with an error carry an
   empty, non-null ``Records`` (librdkafka breaks on null, KAFKA-18646);
-* fetch sessions (KIP-227) are not kept: ``SessionId`` 0 makes clients send full requests; an incremental
-  request naming a session gets FETCH_SESSION_ID_NOT_FOUND.
+* fetch sessions (KIP-227, :mod:`kbroker.server.fetch_session`): ``SessionEpoch`` 0 opens a session (its id in
+  the response), later requests name only the partitions whose position changed and get only the partitions with
+  news; ``max.incremental.fetch.session.cache.slots`` sessions at most (then ``SessionId`` 0: full requests);
 * a follower's Fetch (``ReplicaState.ReplicaId`` >= 0 from v15, ``ReplicaId`` before) reads up to the log end
   offset instead of the high watermark, tells the leader the follower's log end offset (its fetch offset),
   which moves the high watermark and may add it back to the ISR, and waits for appends rather than for high
@@ -73,8 +74,11 @@ async def handle(ctx, request: FetchRequest) -> FetchResponse:
         from kbroker.server.handlers.raft_common import to_quorum
 
         return await to_quorum(ctx, request)  # a voter or observer replicating __cluster_metadata
-    if request.session_id != 0 or request.session_epoch > 0:
-        return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
+    session, incremental = None, False
+    if request.session_id != 0 or request.session_epoch != -1:
+        session, incremental, request, code = _session_of(broker.fetch_sessions, request, version)
+        if code:
+            return FetchResponse(error_code=code, session_id=0)
     replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
     follower = replica_id >= 0
     denied = None if broker.authorizer is None else _denied_topics(ctx, request, version, follower)
@@ -88,13 +92,38 @@ async def handle(ctx, request: FetchRequest) -> FetchResponse:
         first = False
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or remaining <= 0 or not parts or total < 0:
-            return _answer(read, quota)
+            return _answer(read, quota, session, incremental)
         if quota is not None and quota.is_quota_exceeded():  # read held-back replicas again once the rate allows
             remaining = min(remaining, max(0.01, quota.throttle_time_s()))
         await broker.replica_manager.wait_for_data(parts, remaining, appends=follower)
         if time.monotonic() >= deadline:
             return _answer(_read_all(ctx, request, version, replica_id, record=False, quota=quota, denied=denied),
-                           quota)
+                           quota, session, incremental)
+
+
+def _session_of(cache, request: FetchRequest, version: int):  # noqa: ANN001, ANN202
+    """KIP-227 (:mod:`kbroker.server.fetch_session`): -> (session or None, incremental, the request to read — for
+    an incremental one, every partition of the session —, error code)."""
+    from dataclasses import replace
+
+    from kbroker.server import fetch_session as fs
+
+    ids = version >= 13
+    if request.session_epoch == -1:  # (id, -1): the client closes its session and fetches without one
+        cache.close(request.session_id)
+        return None, False, request, ErrorCode.NONE
+    if request.session_epoch == 0:  # a new session (closing the one named, if any)
+        if request.session_id:
+            cache.close(request.session_id)
+        session = cache.create(ids)
+        if session is not None:
+            fs.add_all(session, request)
+        return session, False, request, ErrorCode.NONE
+    session, code = cache.lookup(request.session_id, request.session_epoch, ids)
+    if session is None:
+        return None, False, request, code
+    fs.update(session, request)
+    return session, True, replace(request, topics=fs.topics_of(session, FetchRequest)), ErrorCode.NONE
 
 
 class _Everything:
@@ -116,12 +145,19 @@ def _denied_topics(ctx, request: FetchRequest, version: int, follower: bool):  #
     return {n for n in names if n not in allowed} or None
 
 
-def _answer(read, quota) -> FetchResponse:  # noqa: ANN001
+def _answer(read, quota, session=None, incremental: bool = False) -> FetchResponse:  # noqa: ANN001
     """The response of the read that is answered; its bytes of throttled partitions count against the leader's
-    replication quota once (Kafka records them when the response goes out, not for reads a long poll drops)."""
+    replication quota once (Kafka records them when the response goes out, not for reads a long poll drops). In a
+    fetch session it carries the session id, and an incremental one only the partitions with news."""
     if quota is not None and read[3]:
         quota.record(read[3])
-    return read[0]
+    resp = read[0]
+    if session is not None:
+        from kbroker.server.fetch_session import record_sent
+
+        record_sent(session, resp, incremental)
+        resp.session_id = session.session_id
+    return resp
 
 
 _LEADER_HINT_ERRORS = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
