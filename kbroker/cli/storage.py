@@ -108,9 +108,10 @@ def format_command(args: Any) -> int:
     for feature in args.feature:
         name, _, level = feature.partition("=")
         if (name.strip(), level.strip()) not in {("metadata.version", "30"), ("group.version", "1"),
-                                                 ("transaction.version", "0"), ("kraft.version", "0")}:
+                                                 ("transaction.version", "0"), ("kraft.version", "0"),
+                                                 ("share.version", "1")}:
             raise CliError(f"unsupported feature level {feature!r}: kbroker bootstraps metadata.version=30, "
-                           "group.version=1, transaction.version=0")
+                           "group.version=1, transaction.version=0, share.version=1")
     scram_records = [parse_add_scram(arg) for arg in args.add_scram]
     from kbroker.controller.quorum_controller import parse_quorum_voters
 

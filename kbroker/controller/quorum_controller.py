@@ -123,13 +123,16 @@ METADATA_VERSION_LEVEL = 30
 #: Lowest ``metadata.version`` a 4.x node can run (3.3-IV3).
 MINIMUM_METADATA_VERSION_LEVEL = 7
 #: Finalized feature levels written on the first start. ``transaction.version`` stays 0 (the classic
-#: transaction protocol) until the transaction coordinator implements version 2.
-BOOTSTRAP_FEATURES: dict[str, int] = {"metadata.version": METADATA_VERSION_LEVEL, "group.version": 1}
+#: transaction protocol) until the transaction coordinator implements version 2. ``share.version`` 1 enables
+#: share groups (KIP-932), finalized on new clusters as Kafka 4.2+ does.
+BOOTSTRAP_FEATURES: dict[str, int] = {"metadata.version": METADATA_VERSION_LEVEL, "group.version": 1,
+                                      "share.version": 1}
 #: Feature ranges this node supports (registered with the broker, checked by :meth:`update_features`).
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     "metadata.version": (MINIMUM_METADATA_VERSION_LEVEL, METADATA_VERSION_LEVEL),
     "group.version": (0, 1),
     "transaction.version": (0, 0),
+    "share.version": (0, 1),
 }
 
 #: Producer ids handed out per AllocateProducerIds call (Kafka's block size).

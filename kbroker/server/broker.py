@@ -83,6 +83,11 @@ class Broker:
         #: the client quotas (KIP-13/55/124/219/599), following the committed metadata (start)
         self.client_quotas = ClientQuotas.from_config(config)
         self.group_coordinator = GroupCoordinator.for_broker(self)
+        from kbroker.server.share.manager import SharePartitionManager
+
+        #: share partitions and share sessions of share groups (KIP-932); members leaving release their records
+        self.share_partitions = SharePartitionManager.for_broker(self)
+        self.group_coordinator.share_member_removed_hook = self.share_partitions.release_member
         #: markers for partitions led by other brokers (a cluster only)
         self.remote_markers: Any = None
         #: transaction verification with a coordinator on another broker (a cluster only, KIP-890)

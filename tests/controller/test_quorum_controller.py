@@ -130,9 +130,9 @@ def test_metadata_log_layout(tmp_path, make):
                 assert r.key is None
                 decode_metadata_record(r.value)
     types = [type(decode_metadata_record(r.value)).__name__ for b, rs in batches if not b.is_control for r in rs]
-    assert types[:4] == ["FeatureLevelRecord", "FeatureLevelRecord", "RegisterBrokerRecord",
+    assert types[:5] == ["FeatureLevelRecord", "FeatureLevelRecord", "FeatureLevelRecord", "RegisterBrokerRecord",
                          "BrokerRegistrationChangeRecord"]
-    assert types[4:] == ["TopicRecord", "PartitionRecord", "PartitionRecord"]
+    assert types[5:] == ["TopicRecord", "PartitionRecord", "PartitionRecord"]
     assert qc.image.offset == expected_offset - 1
 
 
@@ -536,7 +536,7 @@ def test_feature_updates(make):
         with pytest.raises(KafkaError) as exc:
             qc.update_features(bad)
         assert exc.value.code == E.INVALID_UPDATE_VERSION
-    assert _restart(qc).image.features == {"metadata.version": 30}
+    assert _restart(qc).image.features == {"metadata.version": 30, "share.version": 1}
 
 
 def test_image_requires_startup(tmp_path):

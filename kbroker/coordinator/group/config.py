@@ -25,6 +25,9 @@ DEFAULTS: dict[str, int] = {
     "group.consumer.heartbeat.interval.ms": 5000,
     "group.consumer.session.timeout.ms": 45000,
     "group.consumer.max.size": 2147483647,
+    "group.share.heartbeat.interval.ms": 5000,
+    "group.share.session.timeout.ms": 45000,
+    "group.share.max.size": 200,
 }
 
 #: ``group.consumer.assignors``: Kafka's default lists the uniform assignor first (the default), then range.
@@ -46,6 +49,9 @@ class GroupCoordinatorConfig:
     consumer_group_heartbeat_interval_ms: int = DEFAULTS["group.consumer.heartbeat.interval.ms"]
     consumer_group_session_timeout_ms: int = DEFAULTS["group.consumer.session.timeout.ms"]
     consumer_group_max_size: int = DEFAULTS["group.consumer.max.size"]
+    share_group_heartbeat_interval_ms: int = DEFAULTS["group.share.heartbeat.interval.ms"]
+    share_group_session_timeout_ms: int = DEFAULTS["group.share.session.timeout.ms"]
+    share_group_max_size: int = DEFAULTS["group.share.max.size"]
     #: server-side assignor names; the first is used when members name none
     consumer_group_assignors: tuple[str, ...] = DEFAULT_CONSUMER_ASSIGNORS
 
@@ -74,5 +80,8 @@ class GroupCoordinatorConfig:
             consumer_group_heartbeat_interval_ms=get("group.consumer.heartbeat.interval.ms"),
             consumer_group_session_timeout_ms=get("group.consumer.session.timeout.ms"),
             consumer_group_max_size=get("group.consumer.max.size"),
+            share_group_heartbeat_interval_ms=get("group.share.heartbeat.interval.ms"),
+            share_group_session_timeout_ms=get("group.share.session.timeout.ms"),
+            share_group_max_size=get("group.share.max.size"),
             consumer_group_assignors=parse_assignors(assignors) if assignors else DEFAULT_CONSUMER_ASSIGNORS,
         )

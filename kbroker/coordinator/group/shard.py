@@ -55,6 +55,7 @@ from kbroker.coordinator.group.classic_group import (
 )
 from kbroker.coordinator.group.config import GroupCoordinatorConfig
 from kbroker.coordinator.group.consumer_ops import ConsumerGroupOps
+from kbroker.coordinator.group.share_group import ShareGroupOps
 from kbroker.coordinator.group.records import (
     group_metadata_record,
     group_metadata_tombstone,
@@ -177,7 +178,7 @@ def _empty() -> CoordinatorResult[Any]:
     return CoordinatorResult()
 
 
-class GroupCoordinatorShard(ConsumerGroupOps):
+class GroupCoordinatorShard(ConsumerGroupOps, ShareGroupOps):
     """Groups and offsets of one partition (see the module docstring); consumer groups (KIP-848) come from
     :class:`~kbroker.coordinator.group.consumer_ops.ConsumerGroupOps`."""
 
@@ -198,6 +199,7 @@ class GroupCoordinatorShard(ConsumerGroupOps):
         #: the current metadata image (topic names, ids and partition counts for consumer groups)
         self.image_provider = image_provider
         self._init_consumer_groups()
+        self._init_share_groups()
 
     # ==================================================================================== replay
     def replay(self, offset: int, producer_id: int, producer_epoch: int, record: CoordinatorRecord) -> None:
@@ -281,6 +283,7 @@ class GroupCoordinatorShard(ConsumerGroupOps):
 
     def on_unloaded(self) -> None:
         self.loaded = False
+        self.share_groups_unloaded()
         for group in self.groups.values():
             for member in group.members.values():
                 member.complete_join(_join_error(ErrorCode.NOT_COORDINATOR, member.member_id))
@@ -295,6 +298,9 @@ class GroupCoordinatorShard(ConsumerGroupOps):
 
     # ==================================================================================== JoinGroup
     def join_group(self, meta: RequestMeta, request: JoinGroupRequest, respond: JoinResponder) -> CoordinatorResult[None]:
+        if request.group_id in self.share_groups:
+            respond(_join_error(ErrorCode.GROUP_ID_NOT_FOUND, request.member_id or UNKNOWN_MEMBER_ID))
+            return _empty()
         consumer = self.consumer_groups.get(request.group_id)
         if consumer is None:
             return self._classic_join_group(meta, request, respond)
@@ -1005,6 +1011,7 @@ class GroupCoordinatorShard(ConsumerGroupOps):
             out.append(ListGroupsResponse.ListedGroup(group_id=group.group_id, protocol_type=group.protocol_type or "",
                                                       group_state=group.state.value, group_type=GROUP_TYPE_CLASSIC))
         out.extend(self.list_consumer_groups(states, types))
+        out.extend(self.list_share_groups(states, types))
         return out
 
     def describe_group(self, group_id: str, api_version: int,
@@ -1016,7 +1023,8 @@ class GroupCoordinatorShard(ConsumerGroupOps):
         group = self.groups.get(group_id)
         if group is None:
             if api_version >= 6:
-                message = (f"Group {group_id} is not a classic group." if group_id in self.consumer_groups
+                message = (f"Group {group_id} is not a classic group."
+                           if group_id in self.consumer_groups or group_id in self.share_groups
                            else f"Group {group_id} not found.")
                 return DescribeGroupsResponse.DescribedGroup(
                     error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=message,
@@ -1040,6 +1048,12 @@ class GroupCoordinatorShard(ConsumerGroupOps):
             group = self.groups.get(group_id)
             if not group_id:
                 error = ErrorCode.INVALID_GROUP_ID
+            elif group_id in self.share_groups:
+                error = self.delete_share_group(group_id)
+                if error == ErrorCode.NONE:
+                    records.extend(offset_commit_tombstone(group_id, topic, partition)
+                                   for topic, partitions in sorted(self.offsets.get(group_id, {}).items())
+                                   for partition in sorted(partitions))
             elif group_id in self.consumer_groups:
                 if self.consumer_group_is_empty(group_id):
                     error = ErrorCode.NONE
