@@ -133,7 +133,7 @@ class SharePartitionManager:
         if epoch == 0:
             if key not in self.sessions and len(self.sessions) >= self.max_sessions:
                 raise KafkaError(ErrorCode.SHARE_SESSION_LIMIT_REACHED)
-            session = ShareSession(group_id, member_id)
+            session = ShareSession(group_id, member_id, next_epoch=0)  # the request's epoch; advance() -> 1
             self.sessions[key] = session
             return session
         session = self.sessions.get(key)

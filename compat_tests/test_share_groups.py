@@ -1,0 +1,316 @@
+"""Share groups (KIP-932) with real share consumers: librdkafka's ``ShareConsumer`` (confluent-kafka) and the
+Java ``KafkaShareConsumer`` (compat_tests/java/ShareDriver.java) against a kbroker process.
+
+A share partition starts at the latest offset when the group first fetches it (``share.auto.offset.reset``
+latest, Kafka's default), so each test first produces "warm" records until a consumer receives one, then the
+records it checks. Lock durations and delivery count limits are set small through broker properties
+(``group.share.record.lock.duration.ms``, ``group.share.delivery.count.limit``) to keep the tests short.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+if not hasattr(confluent_kafka, "ShareConsumer"):
+    pytest.skip("confluent-kafka without ShareConsumer", allow_module_level=True)
+
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def make_topic(bootstrap: str, partitions: int = 1) -> str:
+    name = unique("share")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(20)
+    return name
+
+
+def consumer(bootstrap: str, group: str, explicit: bool = False) -> ShareConsumer:
+    conf = {"bootstrap.servers": bootstrap, "group.id": group}
+    if explicit:
+        conf["share.acknowledgement.mode"] = "explicit"
+    return ShareConsumer(conf)
+
+
+class Warmup:
+    """Produces "warm" records until one reaches a consumer of the group (the share partition is then
+    initialized, so later records are delivered)."""
+
+    def __init__(self, producer: Producer, topic: str) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.seen = threading.Event()
+
+    def saw(self, value: bytes | None) -> bool:
+        if value is not None and value.startswith(b"warm"):
+            self.seen.set()
+            return True
+        return False
+
+    def run(self, poll=None, timeout: float = 30.0) -> None:  # noqa: ANN001
+        deadline = time.monotonic() + timeout
+        while not self.seen.is_set():
+            assert time.monotonic() < deadline, "no share consumer received a record"
+            self.producer.produce(self.topic, b"warm")
+            self.producer.flush(5)
+            if poll is not None:
+                poll()
+            else:
+                self.seen.wait(0.3)
+
+
+def data_messages(messages) -> list:  # noqa: ANN001
+    out = []
+    for m in messages:
+        assert m.error() is None, m.error()
+        out.append(m)
+    return out
+
+
+# ============================================================================================ confluent-kafka
+
+
+def test_confluent_five_share_consumers_share_one_partition(kbroker_factory):
+    """5 share consumers of one group on a 1-partition topic: every record reaches exactly one of them."""
+    broker = kbroker_factory({"group.share.heartbeat.interval.ms": 500})
+    topic = make_topic(broker.bootstrap)
+    group = unique("sg")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    warm = Warmup(producer, topic)
+    n = 60
+    got: list[tuple[int, bytes, int]] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run(idx: int) -> None:
+        try:
+            c = consumer(broker.bootstrap, group)
+            c.subscribe([topic])
+            while not stop.is_set():
+                for m in data_messages(c.poll(0.5)):
+                    if not warm.saw(m.value()):
+                        with lock:
+                            got.append((idx, m.value(), m.delivery_count()))
+            c.close()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(5)]
+    for t in threads:
+        t.start()
+    try:
+        warm.run()
+        for i in range(n):
+            producer.produce(topic, b"r-%03d" % i)
+            producer.flush(5)
+            time.sleep(0.02)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len({v for _, v, _ in got}) < n:
+            time.sleep(0.2)
+        time.sleep(1.0)  # a duplicate delivery would show up now
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not errors, errors
+    values = Counter(v for _, v, _ in got)
+    assert sorted(values) == [b"r-%03d" % i for i in range(n)]
+    assert all(c == 1 for c in values.values()), {v: c for v, c in values.items() if c > 1}
+    assert all(d == 1 for _, _, d in got)
+    assert len({idx for idx, _, _ in got}) >= 2, "one consumer got every record"
+
+
+def _one_consumer_setup(broker_props: dict[str, Any], kbroker_factory):  # noqa: ANN001, ANN202
+    broker = kbroker_factory({"group.share.heartbeat.interval.ms": 500, **broker_props})
+    topic = make_topic(broker.bootstrap)
+    group = unique("sg")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    return broker, topic, group, producer
+
+
+def _warm_explicit(c: ShareConsumer, warm: Warmup) -> None:
+    """Warm up with an explicit-mode consumer: every warm record is accepted."""
+
+    def poll() -> None:
+        msgs = data_messages(c.poll(0.5))
+        for m in msgs:
+            warm.saw(m.value())
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        if msgs:
+            c.commit_sync(10)
+
+    warm.run(poll)
+
+
+def _poll_until(c: ShareConsumer, want, timeout: float, ack=None) -> list:  # noqa: ANN001
+    """Poll ``c`` until ``want(messages so far)``; each message is acknowledged with ``ack(m)`` (explicit
+    mode) and the acknowledgements committed after each poll."""
+    seen: list = []
+    deadline = time.monotonic() + timeout
+    while not want(seen):
+        assert time.monotonic() < deadline, f"timed out; got {[(m.offset(), m.value()) for m in seen]}"
+        msgs = data_messages(c.poll(0.5))
+        for m in msgs:
+            if m.value().startswith(b"warm"):
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+                continue
+            seen.append(m)
+            c.acknowledge(m, ack(m) if ack is not None else AcknowledgeType.ACCEPT)
+        if msgs:
+            c.commit_sync(10)
+    return seen
+
+
+def _drain(c: ShareConsumer, seconds: float, ack=None) -> list:  # noqa: ANN001
+    """Poll for ``seconds``; the non-warm messages (acknowledged like :func:`_poll_until`)."""
+    end = time.monotonic() + seconds
+    return _poll_until(c, lambda s: time.monotonic() >= end, seconds + 10, ack)
+
+
+def test_confluent_released_records_come_back_at_once(kbroker_factory):
+    """RELEASE makes a record Available again before its 60 s lock would expire; its delivery count grows."""
+    broker, topic, group, producer = _one_consumer_setup({"group.share.record.lock.duration.ms": 60000},
+                                                         kbroker_factory)
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        _warm_explicit(c, Warmup(producer, topic))
+        for i in range(3):
+            producer.produce(topic, b"x-%d" % i)
+        producer.flush(5)
+        released_once: set[int] = set()
+        started = time.monotonic()
+
+        def ack(m):  # noqa: ANN001, ANN202
+            if m.offset() not in released_once:
+                released_once.add(m.offset())
+                return AcknowledgeType.RELEASE
+            return AcknowledgeType.ACCEPT
+
+        seen = _poll_until(c, lambda s: sum(1 for m in s if m.delivery_count() == 2) >= 3, 20, ack)
+        assert time.monotonic() - started < 20  # well below the 60 s lock
+        by_offset: dict[int, list[int]] = {}
+        for m in seen:
+            by_offset.setdefault(m.offset(), []).append(m.delivery_count())
+        assert sorted(by_offset.values()) == [[1, 2]] * 3
+    finally:
+        c.close()
+
+
+def test_confluent_rejected_records_are_not_redelivered(kbroker_factory):
+    broker, topic, group, producer = _one_consumer_setup({"group.share.record.lock.duration.ms": 2000},
+                                                         kbroker_factory)
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        _warm_explicit(c, Warmup(producer, topic))
+        for i in range(3):
+            producer.produce(topic, b"bad-%d" % i)
+        producer.flush(5)
+        rejected = _poll_until(c, lambda s: len(s) >= 3, 20, lambda m: AcknowledgeType.REJECT)
+        assert sorted(m.value() for m in rejected) == [b"bad-0", b"bad-1", b"bad-2"]
+        time.sleep(2.5)  # longer than the lock: a rejected record must not come back on expiry either
+        producer.produce(topic, b"sentinel")
+        producer.flush(5)
+        later = _poll_until(c, lambda s: any(m.value() == b"sentinel" for m in s), 20)
+        later += _drain(c, 1.0)
+        assert [m.value() for m in later] == [b"sentinel"]
+    finally:
+        c.close()
+
+
+def test_confluent_delivery_count_limit_archives(kbroker_factory):
+    """A record released every time is delivered ``group.share.delivery.count.limit`` times, then archived."""
+    broker, topic, group, producer = _one_consumer_setup({"group.share.delivery.count.limit": 3},
+                                                         kbroker_factory)
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        _warm_explicit(c, Warmup(producer, topic))
+        producer.produce(topic, b"poison")
+        producer.flush(5)
+        release = lambda m: AcknowledgeType.RELEASE  # noqa: E731
+        seen = _poll_until(c, lambda s: len(s) >= 3, 20, release)
+        producer.produce(topic, b"sentinel")
+        producer.flush(5)
+        seen += _poll_until(c, lambda s: any(m.value() == b"sentinel" for m in s), 20, release)
+        seen += _drain(c, 1.0, release)
+        poison = [m.delivery_count() for m in seen if m.value() == b"poison"]
+        assert poison == [1, 2, 3]
+    finally:
+        c.close()
+
+
+KILLED_CONSUMER = textwrap.dedent("""
+    import json, os, signal, sys
+    from confluent_kafka import ShareConsumer
+    bootstrap, group, topic = sys.argv[1:4]
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                       "share.acknowledgement.mode": "explicit"})
+    c.subscribe([topic])
+    while True:
+        msgs = [m for m in c.poll(0.5) if m.error() is None]
+        held = [m.offset() for m in msgs if m.value().startswith(b"held")]
+        if held:
+            print(json.dumps(held), flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        for m in msgs:
+            c.acknowledge(m)
+        if msgs:
+            c.commit_sync(10)
+""")
+
+
+def test_confluent_killed_consumer_records_redelivered_after_lock(kbroker_factory):
+    """A consumer killed while holding records: another member gets them once their lock expires."""
+    lock_ms = 3000
+    broker, topic, group, producer = _one_consumer_setup({"group.share.record.lock.duration.ms": lock_ms},
+                                                         kbroker_factory)
+    b = consumer(broker.bootstrap, group, explicit=True)
+    b.subscribe([topic])
+    try:
+        _warm_explicit(b, Warmup(producer, topic))
+        b.close()  # only the killed consumer is in the group now
+        proc = subprocess.Popen([sys.executable, "-c", KILLED_CONSUMER, broker.bootstrap, group, topic],
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            time.sleep(3)
+            for i in range(3):
+                producer.produce(topic, b"held-%d" % i)
+            producer.flush(5)
+            line = proc.stdout.readline()
+            held_at = time.monotonic()
+            assert proc.wait(20) == -signal.SIGKILL
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        held = json.loads(line)
+        assert held
+        b = consumer(broker.bootstrap, group, explicit=True)
+        b.subscribe([topic])
+        seen = _poll_until(b, lambda s: {m.offset() for m in s} >= set(held), 30)
+        waited = time.monotonic() - held_at
+        assert waited >= lock_ms / 1000 - 0.5, f"redelivered after {waited:.1f}s, before the lock expired"
+        assert all(m.delivery_count() == 2 for m in seen if m.offset() in held)
+    finally:
+        b.close()
