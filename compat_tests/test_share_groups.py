@@ -314,3 +314,152 @@ def test_confluent_killed_consumer_records_redelivered_after_lock(kbroker_factor
         assert all(m.delivery_count() == 2 for m in seen if m.offset() in held)
     finally:
         b.close()
+
+
+# ============================================================================================ Java client
+
+SHARE_DRIVER_SOURCE = os.path.join(REPO_ROOT, "compat_tests", "java", "ShareDriver.java")
+
+
+@pytest.fixture(scope="session")
+def share_driver() -> list[str]:
+    """The command prefix that runs ShareDriver (compiled on first use, like GroupDriver)."""
+    import fcntl
+    import shutil
+
+    from compat_tests.clients import CLASSES_DIR, JARS_DIR
+    from compat_tests.conftest import ensure_jars
+
+    java, javac = shutil.which("java"), shutil.which("javac")
+    if not java or not javac:
+        pytest.skip("no JDK on PATH (java and javac): install openjdk-17-jdk-headless")
+    ensure_jars()
+    CLASSES_DIR.mkdir(parents=True, exist_ok=True)
+    target = CLASSES_DIR / "ShareDriver.class"
+    with open(CLASSES_DIR / ".compile-share.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.exists() or target.stat().st_mtime < os.stat(SHARE_DRIVER_SOURCE).st_mtime:
+            r = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-d", str(CLASSES_DIR), "-cp",
+                                str(JARS_DIR / "*"), SHARE_DRIVER_SOURCE], capture_output=True, text=True,
+                               timeout=300)
+            if r.returncode != 0:
+                pytest.fail(f"javac ShareDriver.java failed:\n{r.stdout}\n{r.stderr}", pytrace=False)
+    return [java, "-Xss1m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp",
+            os.pathsep.join([str(CLASSES_DIR), str(JARS_DIR / "*")]), "ShareDriver"]
+
+
+class JavaShareConsumers:
+    """``ShareDriver consume`` in a subprocess; its JSON events are collected by a reader thread."""
+
+    def __init__(self, driver: list[str], *args: str) -> None:
+        self.proc = subprocess.Popen(driver + ["consume", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self.events: list[dict[str, Any]] = []
+        self.stderr: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.events.append(json.loads(line))
+
+    def wait_for(self, pred, timeout: float, what: str) -> None:  # noqa: ANN001
+        deadline = time.monotonic() + timeout
+        while not pred(self.events):
+            assert not any(e["event"] == "error" for e in self.events), self.events[-1]
+            assert self.proc.poll() is None or pred(self.events), \
+                f"ShareDriver exited {self.proc.returncode}: {''.join(self.stderr)[-3000:]}"
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {self.events[-5:]}"
+            time.sleep(0.1)
+
+    def records(self, prefix: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["event"] == "record" and e["value"].startswith(prefix)]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._reader.join(10)
+
+
+def java_admin(driver: list[str], *args: str) -> dict[str, Any]:
+    r = subprocess.run(driver + list(args), capture_output=True, text=True, timeout=60)
+    events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert r.returncode == 0 and events, f"ShareDriver {args[0]} exited {r.returncode}: {events}\n{r.stderr[-2000:]}"
+    return events[-1]
+
+
+def _java_warm(consumers: JavaShareConsumers, producer: Producer, topic: str) -> None:
+    deadline = time.monotonic() + 60
+    while not consumers.records("warm"):
+        assert time.monotonic() < deadline, "no Java share consumer received a record"
+        assert consumers.proc.poll() is None, "".join(consumers.stderr)[-3000:]
+        producer.produce(topic, b"warm")
+        producer.flush(5)
+        time.sleep(0.3)
+
+
+def test_java_five_share_consumers_share_one_partition(kbroker_factory, share_driver):
+    """5 KafkaShareConsumers on a 1-partition topic: every record to exactly one of them; the Admin client
+    describes the group (5 members, each assigned the partition) and lists it as a share group."""
+    broker = kbroker_factory({"group.share.heartbeat.interval.ms": 500})
+    topic = make_topic(broker.bootstrap)
+    group = unique("sg")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    consumers = JavaShareConsumers(share_driver, "--bootstrap", broker.bootstrap, "--group", group, "--topic", topic,
+                                   "--consumers", "5")
+    n = 60
+    try:
+        consumers.wait_for(lambda ev: any(e["event"] == "ready" for e in ev), 60, "ready")
+        _java_warm(consumers, producer, topic)
+        for i in range(n):
+            producer.produce(topic, b"r-%03d" % i)
+            producer.flush(5)
+            time.sleep(0.02)
+        consumers.wait_for(lambda ev: len({e["value"] for e in consumers.records("r-")}) >= n, 60, "all records")
+        time.sleep(1.0)  # a duplicate delivery would show up now
+        described = java_admin(share_driver, "describe", "--bootstrap", broker.bootstrap, "--group", group)
+        listed = java_admin(share_driver, "list", "--bootstrap", broker.bootstrap)
+    finally:
+        consumers.close()
+    got = consumers.records("r-")
+    values = Counter(e["value"] for e in got)
+    assert sorted(values) == ["r-%03d" % i for i in range(n)]
+    assert all(c == 1 for c in values.values()), {v: c for v, c in values.items() if c > 1}
+    assert all(e["delivery"] == 1 for e in got)
+    assert len({e["consumer"] for e in got}) >= 2, "one consumer got every record"
+    assert described["state"] == "Stable" and len(described["members"]) == 5
+    assert all(m["partitions"] == [f"{topic}-0"] and m["epoch"] == described["epoch"] for m in described["members"])
+    assert {"id": group, "state": "Stable", "type": "Share"} in listed["groups"]
+    assert any(e["event"] == "closed" for e in consumers.events)
+
+
+def test_java_released_records_archived_at_delivery_count_limit(kbroker_factory, share_driver):
+    """A Java consumer releasing every record: each is delivered ``group.share.delivery.count.limit`` (2) times,
+    with delivery counts 1 and 2, then archived."""
+    broker = kbroker_factory({"group.share.heartbeat.interval.ms": 500, "group.share.delivery.count.limit": 2})
+    topic = make_topic(broker.bootstrap)
+    group = unique("sg")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    consumers = JavaShareConsumers(share_driver, "--bootstrap", broker.bootstrap, "--group", group, "--topic", topic,
+                                   "--ack", "release")
+    try:
+        consumers.wait_for(lambda ev: any(e["event"] == "ready" for e in ev), 60, "ready")
+        _java_warm(consumers, producer, topic)
+        for i in range(3):
+            producer.produce(topic, b"x-%d" % i)
+        producer.flush(5)
+        consumers.wait_for(lambda ev: len(consumers.records("x-")) >= 6, 30, "two deliveries each")
+        time.sleep(1.5)  # archived: no third delivery
+    finally:
+        consumers.close()
+    deliveries: dict[str, list[int]] = {}
+    for e in consumers.records("x-"):
+        deliveries.setdefault(e["value"], []).append(e["delivery"])
+    assert deliveries == {"x-0": [1, 2], "x-1": [1, 2], "x-2": [1, 2]}
