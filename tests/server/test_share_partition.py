@@ -1,0 +1,132 @@
+"""The share partition state machine (KIP-932): acquisition, acknowledgement, lock expiry, delivery count limit,
+in-flight limit, SPSO movement, skipped batches; and the share session epochs of the manager."""
+
+from __future__ import annotations
+
+import pytest
+
+from kbroker.protocol.errors import ErrorCode, KafkaError
+from kbroker.server.share.manager import SharePartitionManager
+from kbroker.server.share.share_partition import (
+    ACK_ACCEPT,
+    ACK_GAP,
+    ACK_RELEASE,
+    ACK_REJECT,
+    ACK_RENEW,
+    AcquiredRange,
+    BatchInfo,
+    RecordState,
+    SharePartition,
+    ShareSettings,
+)
+
+
+def sp(**kw) -> SharePartition:  # noqa: ANN003
+    p = SharePartition(ShareSettings(**{"record_lock_duration_ms": 1000, **kw}))
+    p.initialize(0, 0)
+    return p
+
+
+def batches(*ranges: tuple[int, int], skip: tuple[int, ...] = ()) -> list[BatchInfo]:
+    return [BatchInfo(a, b, a in skip) for a, b in ranges]
+
+
+def test_initialize_latest_or_earliest():
+    latest = SharePartition(ShareSettings())
+    latest.initialize(3, 10)
+    assert latest.start_offset == latest.next_offset == 10
+    latest.initialize(0, 20)  # once only
+    assert latest.start_offset == 10
+    earliest = SharePartition(ShareSettings(auto_offset_reset="earliest"))
+    earliest.initialize(3, 10)
+    assert earliest.start_offset == 3
+
+
+def test_acquire_accept_moves_the_start_offset():
+    p = sp()
+    got = p.acquire("m1", 0, 3, batches((0, 4)), upper_offset=5)
+    assert got == [AcquiredRange(0, 2, 1)]
+    assert p.acquire("m2", 0, 10, batches((0, 4)), upper_offset=5) == [AcquiredRange(3, 4, 1)]
+    assert p.acquire("m3", 0, 10, [], upper_offset=5) == []
+    assert p.acknowledge("m1", 0, 2, [ACK_ACCEPT], 0) == ErrorCode.NONE
+    assert p.start_offset == 3 and p.state_of(3) is RecordState.ACQUIRED
+    assert p.acknowledge("m1", 3, 3, [ACK_ACCEPT], 0) == ErrorCode.INVALID_RECORD_STATE  # m2 holds it
+    assert p.acknowledge("m1", 0, 0, [ACK_ACCEPT], 0) == ErrorCode.INVALID_RECORD_STATE  # done already
+    assert p.acknowledge("m2", 3, 4, [ACK_REJECT, ACK_ACCEPT], 0) == ErrorCode.NONE
+    assert p.start_offset == p.next_offset == 5
+
+
+def test_release_redelivers_first_with_a_higher_delivery_count_then_archives_at_the_limit():
+    p = sp(delivery_count_limit=2)
+    p.acquire("m1", 0, 10, batches((0, 1)), upper_offset=2)
+    assert p.acknowledge("m1", 0, 1, [ACK_RELEASE], 0) == ErrorCode.NONE
+    assert p.state_of(0) is RecordState.AVAILABLE
+    assert p.acquire("m2", 0, 10, batches((2, 2)), upper_offset=3) == [AcquiredRange(0, 1, 2), AcquiredRange(2, 2, 1)]
+    assert p.acknowledge("m2", 0, 1, [ACK_RELEASE], 0) == ErrorCode.NONE
+    assert p.state_of(0) is None and p.start_offset == 2  # archived at the limit and left behind
+    assert p.acquire("m3", 0, 10, [], upper_offset=3) == []
+
+
+def test_lock_expiry_releases_and_renew_extends():
+    p = sp(delivery_count_limit=3)
+    p.acquire("m1", 0, 10, batches((0, 1)), upper_offset=2)
+    assert p.acknowledge("m1", 1, 1, [ACK_RENEW], 900) == ErrorCode.NONE
+    assert p.acquire("m2", 999, 10, [], upper_offset=2) == []
+    assert p.acquire("m2", 1000, 10, [], upper_offset=2) == [AcquiredRange(0, 0, 2)]  # 0's lock expired
+    assert p.acknowledge("m1", 0, 0, [ACK_ACCEPT], 1000) == ErrorCode.INVALID_RECORD_STATE
+    assert p.acquire("m2", 1900, 10, [], upper_offset=2) == [AcquiredRange(1, 1, 2)]  # renewed at 900
+
+
+def test_gap_and_skipped_batches_are_archived():
+    p = sp()
+    got = p.acquire("m1", 0, 10, batches((0, 2), (3, 3), (4, 5), skip=(3,)), upper_offset=6)
+    assert got == [AcquiredRange(0, 2, 1), AcquiredRange(4, 5, 1)]
+    assert p.state_of(3) is RecordState.ARCHIVED
+    assert p.acknowledge("m1", 0, 2, [ACK_ACCEPT, ACK_GAP, ACK_ACCEPT], 0) == ErrorCode.NONE
+    assert p.start_offset == 4
+
+
+def test_in_flight_limit_and_malformed_acks():
+    p = sp(max_record_locks=3)
+    assert p.acquire("m1", 0, 10, batches((0, 9)), upper_offset=10) == [AcquiredRange(0, 2, 1)]
+    assert p.acquire("m1", 0, 10, batches((0, 9)), upper_offset=10) == []
+    assert p.acknowledge("m1", 2, 1, [ACK_ACCEPT], 0) == ErrorCode.INVALID_REQUEST
+    assert p.acknowledge("m1", 0, 2, [ACK_ACCEPT, ACK_ACCEPT], 0) == ErrorCode.INVALID_REQUEST
+    assert p.acknowledge("m1", 0, 0, [9], 0) == ErrorCode.INVALID_REQUEST
+    assert p.acknowledge("m1", 0, 0, [ACK_ACCEPT], 0) == ErrorCode.NONE
+    assert p.acquire("m1", 0, 10, batches((0, 9)), upper_offset=10) == [AcquiredRange(3, 3, 1)]
+
+
+def test_release_member_and_log_start():
+    p = sp()
+    p.acquire("m1", 0, 2, batches((0, 5)), upper_offset=6)
+    p.acquire("m2", 0, 2, batches((0, 5)), upper_offset=6)
+    assert p.release_member("m1") == 2
+    assert p.state_of(0) is RecordState.AVAILABLE and p.state_of(2) is RecordState.ACQUIRED
+    p.on_log_start(3)
+    assert p.start_offset == 3 and p.state_of(2) is None
+
+
+class _Part:
+    is_leader = True
+    log_start_offset = high_watermark = last_stable_offset = 0
+
+
+def test_share_session_epochs():
+    mgr = SharePartitionManager(lambda t, p: _Part(), lambda g: ShareSettings(), max_sessions=1)
+    with pytest.raises(KafkaError) as exc:
+        mgr.session_for("g", "m", 1)
+    assert exc.value.code == ErrorCode.SHARE_SESSION_NOT_FOUND
+    s = mgr.session_for("g", "m", 0)
+    mgr.advance(s)
+    with pytest.raises(KafkaError) as exc:
+        mgr.session_for("g", "m", 2)
+    assert exc.value.code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+    assert mgr.session_for("g", "m", 1) is s
+    mgr.advance(s)
+    assert mgr.session_for("g", "m", -1) is s
+    with pytest.raises(KafkaError) as exc:
+        mgr.session_for("g", "other", 0)
+    assert exc.value.code == ErrorCode.SHARE_SESSION_LIMIT_REACHED
+    mgr.close_session(s)
+    assert mgr.sessions == {}
