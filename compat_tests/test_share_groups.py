@@ -316,6 +316,39 @@ def test_confluent_killed_consumer_records_redelivered_after_lock(kbroker_factor
         b.close()
 
 
+def test_confluent_share_state_survives_kill_9(kbroker_factory):
+    """The share partition's state is in ``__share_group_state``: after a kill -9 and a restart, records that were
+    accepted are not delivered again and records produced before the crash but never delivered still are (a
+    share partition without its state would start over at the latest offset and deliver none of them)."""
+    broker, topic, group, producer = _one_consumer_setup({}, kbroker_factory)
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        _warm_explicit(c, Warmup(producer, topic))
+        for i in range(3):
+            producer.produce(topic, b"x-%d" % i)
+        producer.flush(5)
+        done = _poll_until(c, lambda s: len(s) >= 3, 20)
+        assert sorted(m.value() for m in done) == [b"x-0", b"x-1", b"x-2"]
+    finally:
+        c.close()
+    for i in range(3):
+        producer.produce(topic, b"y-%d" % i)
+    producer.flush(5)
+    broker.kill()
+    broker.start()
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        after = _poll_until(c, lambda s: len(s) >= 3, 40)
+        after += _drain(c, 1.0)
+        assert [m.value() for m in after] == [b"y-0", b"y-1", b"y-2"]
+        assert all(m.delivery_count() == 1 for m in after)
+    finally:
+        c.close()
+
+
 # ============================================================================================ Java client
 
 SHARE_DRIVER_SOURCE = os.path.join(REPO_ROOT, "compat_tests", "java", "ShareDriver.java")

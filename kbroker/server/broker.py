@@ -83,10 +83,14 @@ class Broker:
         #: the client quotas (KIP-13/55/124/219/599), following the committed metadata (start)
         self.client_quotas = ClientQuotas.from_config(config)
         self.group_coordinator = GroupCoordinator.for_broker(self)
+        from kbroker.coordinator.share.service import ShareCoordinator
         from kbroker.server.share.manager import SharePartitionManager
+        from kbroker.server.share.persister import LocalSharePersister
 
+        #: durable share-partition state in __share_group_state (KIP-932 share coordinator)
+        self.share_coordinator = ShareCoordinator.for_broker(self)
         #: share partitions and share sessions of share groups (KIP-932); members leaving release their records
-        self.share_partitions = SharePartitionManager.for_broker(self)
+        self.share_partitions = SharePartitionManager.for_broker(self, LocalSharePersister(self.share_coordinator))
         self.group_coordinator.share_member_removed_hook = self.share_partitions.release_member
         #: markers for partitions led by other brokers (a cluster only)
         self.remote_markers: Any = None
@@ -311,6 +315,7 @@ class Broker:
         self.controller.add_listener(self.replication_quotas.on_metadata_update)  # the throttles (KIP-73)
         self.group_coordinator.startup()  # loads __consumer_offsets partitions; follows metadata changes
         self.transaction_coordinator.startup()  # loads __transaction_state; finishes prepared transactions
+        self.share_coordinator.startup()  # loads __share_group_state (share partitions' durable state)
 
     def _start_replication(self) -> None:
         """Followers fetch from their leaders; leaders send ISR changes to the active controller (a cluster)."""
@@ -516,6 +521,7 @@ class Broker:
         await self.replica_manager.stop_replication()
         if self.is_broker:
             self.transaction_coordinator.shutdown()
+            self.share_coordinator.shutdown()
             self.group_coordinator.shutdown()
         if self.remote_markers is not None:
             await self.remote_markers.close()

@@ -130,3 +130,43 @@ def test_share_session_epochs():
     assert exc.value.code == ErrorCode.SHARE_SESSION_LIMIT_REACHED
     mgr.close_session(s)
     assert mgr.sessions == {}
+
+
+def test_snapshot_and_load_round_trip():
+    p = sp(delivery_count_limit=5)
+    p.acquire("m1", 0, 10, batches((0, 5)), upper_offset=6)
+    p.acknowledge("m1", 0, 0, [ACK_ACCEPT], 0)
+    p.acknowledge("m1", 2, 3, [ACK_REJECT, ACK_RELEASE], 0)
+    start, state = p.snapshot()
+    assert start == 1
+    assert state == [(1, 1, RecordState.AVAILABLE, 1), (2, 2, RecordState.ARCHIVED, 1),
+                     (3, 5, RecordState.AVAILABLE, 1)]  # acquired records are written as Available
+    q = SharePartition(ShareSettings())
+    q.load(start, state)
+    assert (q.start_offset, q.next_offset) == (1, 6)
+    assert q.acquire("m2", 0, 10, [], upper_offset=6) == [AcquiredRange(1, 1, 2), AcquiredRange(3, 5, 2)]
+
+
+def test_share_coordinator_shard_replays_snapshots_updates_and_tombstones():
+    from kbroker.coordinator.runtime import CoordinatorRecord
+    from kbroker.coordinator.share.service import coordinator_key
+    from kbroker.coordinator.share.shard import ShareCoordinatorShard
+    from kbroker.protocol import coordinator_records as cr
+
+    shard = ShareCoordinatorShard(0)
+    key = ("g", b"\x01" * 16, 3)
+    snap = cr.ShareSnapshotValue(start_offset=10, write_timestamp=5, state_batches=[
+        cr.ShareSnapshotValue.StateBatch(10, 19, 0, 1)])
+    for r in shard.write_state(key, snap).records:
+        shard.replay(0, -1, -1, r)
+    update = cr.ShareUpdateValue(start_offset=12, leader_epoch=2, state_batches=[
+        cr.ShareUpdateValue.StateBatch(first_offset=14, last_offset=15, delivery_state=2, delivery_count=1)])
+    shard.replay(1, -1, -1, CoordinatorRecord(cr.ShareUpdateKey(group_id="g", topic_id=key[1], partition=3), update))
+    got = shard.read_state(key)
+    assert got.start_offset == 12 and got.leader_epoch == 2
+    assert [(b.first_offset, b.last_offset, b.delivery_state) for b in got.state_batches] == [
+        (10, 13, 0), (14, 15, 2), (16, 19, 0)]
+    for r in shard.delete_state(key).records:
+        shard.replay(2, -1, -1, r)
+    assert shard.read_state(key) is None
+    assert coordinator_key("g", b"\x00" * 16, 1) == "g:AAAAAAAAAAAAAAAAAAAAAA:1"

@@ -192,7 +192,8 @@ def _acquire(ctx, group_id: str, member_id: str, keys, max_records: int, max_byt
         try:
             fetched = mgr.fetch(group_id, member_id, tid, name, partition, now, max_records - total, budget)
         except KafkaError as exc:
-            fail(pd_for(tid, partition), tid, exc.code, ack=False)
+            if exc.code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:  # its state is still being read: wait
+                fail(pd_for(tid, partition), tid, exc.code, ack=False)
             continue
         except OSError:
             fail(pd_for(tid, partition), tid, ErrorCode.KAFKA_STORAGE_ERROR, ack=False)

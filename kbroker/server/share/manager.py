@@ -114,17 +114,21 @@ class SharePartitionManager:
     """See the module docstring."""
 
     def __init__(self, get_partition: Callable[[str, int], Any], settings_for: Callable[[str], ShareSettings],
-                 max_sessions: int = BROKER_DEFAULTS["group.share.max.share.sessions"]) -> None:
+                 max_sessions: int = BROKER_DEFAULTS["group.share.max.share.sessions"],
+                 persister: Any = None) -> None:
         self._get_partition = get_partition
         self._settings_for = settings_for
+        #: ``load(group, topic id, partition)`` / ``save(...)`` (:mod:`kbroker.server.share.persister`); None:
+        #: state in memory only
+        self.persister = persister
         self.max_sessions = max_sessions
         self.partitions: dict[tuple[str, bytes, int], SharePartition] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
 
     @classmethod
-    def for_broker(cls, broker: Any) -> SharePartitionManager:
+    def for_broker(cls, broker: Any, persister: Any = None) -> SharePartitionManager:
         return cls(broker.replica_manager.get_partition, lambda group_id: share_settings(broker, group_id),
-                   max_sessions=_broker_int(broker, "group.share.max.share.sessions"))
+                   max_sessions=_broker_int(broker, "group.share.max.share.sessions"), persister=persister)
 
     # ---- sessions
     def session_for(self, group_id: str, member_id: str, epoch: int) -> ShareSession:
@@ -153,9 +157,17 @@ class SharePartitionManager:
         self.release_member(session.group_id, session.member_id)
 
     def release_member(self, group_id: str, member_id: str) -> None:
-        for (gid, _, _), sp in self.partitions.items():
-            if gid == group_id:
+        for key, sp in self.partitions.items():
+            if key[0] == group_id:
                 sp.release_member(member_id)
+                self._persist(key, sp)
+
+    def _persist(self, key: tuple[str, bytes, int], sp: SharePartition) -> None:
+        if sp.dirty and sp.initialized:
+            sp.dirty = False
+            if self.persister is not None:
+                start, batches = sp.snapshot()
+                self.persister.save(key[0], key[1], key[2], start, batches)
 
     # ---- partitions
     def _leader(self, topic: str, partition: int) -> Any:
@@ -173,13 +185,18 @@ class SharePartitionManager:
         settings = self._settings_for(group_id)
         if sp is None:
             sp = SharePartition(settings)
+            state = self.persister.load(group_id, topic_id, partition) if self.persister is not None else None
+            if state is not None:
+                sp.load(*state)
             self.partitions[key] = sp
         else:
             sp.settings = settings
         if not sp.initialized:
             sp.initialize(part.log_start_offset,
                           part.last_stable_offset if settings.read_committed else part.high_watermark)
+            sp.dirty = True  # the start offset is persisted at once: a restart continues from it
         sp.on_log_start(part.log_start_offset)
+        self._persist(key, sp)
         return sp, part
 
     def acknowledge(self, group_id: str, member_id: str, topic_id: bytes, topic: str, partition: int,
@@ -194,6 +211,7 @@ class SharePartitionManager:
             code = sp.acknowledge(member_id, first, last, types, now_ms)
             if code and not error:
                 error = code
+        self._persist((group_id, topic_id, partition), sp)
         return error
 
     def fetch(self, group_id: str, member_id: str, topic_id: bytes, topic: str, partition: int, now_ms: int,
@@ -216,6 +234,7 @@ class SharePartitionManager:
                     and any(a.producer_id == pid and a.first_offset <= base <= a.last_offset for a in aborted))
                 new_batches.append(BatchInfo(base, last, skip))
         ranges = sp.acquire(member_id, now_ms, max_records, new_batches, upper)
+        self._persist((group_id, topic_id, partition), sp)  # locks that expired meanwhile
         if not ranges:
             return FetchedPartition([], b"")
         return FetchedPartition(ranges, self._batches_for(log, ranges, upper))
@@ -244,6 +263,7 @@ class SharePartitionManager:
         for topic_id, _, partition in keys:
             sp = self.partitions.get((group_id, topic_id, partition))
             if sp is not None and sp.initialized and sp.has_available(now_ms):
+                self._persist((group_id, topic_id, partition), sp)
                 return True
         return False
 

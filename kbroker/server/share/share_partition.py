@@ -87,6 +87,8 @@ class SharePartition:
         self.start_offset: int | None = None
         self.next_offset = 0
         self._records: dict[int, _InFlight] = {}
+        #: a state change not yet persisted (acknowledgement, release, expiry, start offset move)
+        self.dirty = False
 
     # ---- life cycle
     @property
@@ -99,6 +101,34 @@ class SharePartition:
             start = log_start_offset if self.settings.auto_offset_reset == "earliest" else latest_offset
             self.start_offset = self.next_offset = start
 
+    def load(self, start_offset: int, batches: Iterable[tuple[int, int, int, int]]) -> None:
+        """Restore a persisted state: the SPSO and ``(first, last, state, delivery count)`` batches (Acquired
+        records come back Available, as after a lock expiry)."""
+        self.start_offset = self.next_offset = start_offset
+        self._records = {}
+        for first, last, state, count in batches:
+            if last < start_offset:
+                continue
+            st = RecordState(state) if state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED) \
+                else RecordState.AVAILABLE
+            for off in range(max(first, start_offset), last + 1):
+                self._records[off] = _InFlight(st, count)
+            self.next_offset = max(self.next_offset, last + 1)
+        self._advance()
+
+    def snapshot(self) -> tuple[int, list[tuple[int, int, int, int]]]:
+        """``(SPSO, [(first, last, state, delivery count)])`` to persist (Acquired written as Available)."""
+        assert self.start_offset is not None
+        out: list[list[int]] = []
+        for off in sorted(self._records):
+            r = self._records[off]
+            st = int(RecordState.AVAILABLE if r.state is RecordState.ACQUIRED else r.state)
+            if out and out[-1][1] == off - 1 and out[-1][2] == st and out[-1][3] == r.delivery_count:
+                out[-1][1] = off
+            else:
+                out.append([off, off, st, r.delivery_count])
+        return self.start_offset, [tuple(b) for b in out]  # type: ignore[misc]
+
     def on_log_start(self, log_start_offset: int) -> None:
         """Records below the log start offset are gone (retention, DeleteRecords): forget them."""
         if self.start_offset is not None and log_start_offset > self.start_offset:
@@ -106,6 +136,7 @@ class SharePartition:
                 self._records.pop(off, None)
             self.start_offset = log_start_offset
             self.next_offset = max(self.next_offset, log_start_offset)
+            self.dirty = True
 
     # ---- queries
     def state_of(self, offset: int) -> RecordState | None:
@@ -130,6 +161,7 @@ class SharePartition:
         for r in self._records.values():
             if r.state is RecordState.ACQUIRED and r.lock_deadline_ms <= now_ms:
                 self._release(r)
+                self.dirty = True
         self._advance()
 
     def acquire(self, member_id: str, now_ms: int, max_records: int, batches: Iterable[BatchInfo],
@@ -208,6 +240,7 @@ class SharePartition:
                 self._release(r)
             else:  # renew
                 r.lock_deadline_ms = now_ms + self.settings.record_lock_duration_ms
+        self.dirty = True
         self._advance()
         return ErrorCode.NONE
 
@@ -218,6 +251,8 @@ class SharePartition:
             if r.state is RecordState.ACQUIRED and r.member_id == member_id:
                 self._release(r)
                 n += 1
+        if n:
+            self.dirty = True
         self._advance()
         return n
 
