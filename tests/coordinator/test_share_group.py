@@ -147,3 +147,39 @@ def test_describe_list_delete():
     assert empty.group_state == "Empty"
     [res] = h.runtime.write(PARTITION, lambda s: s.delete_groups(["g"]))
     assert res.error_code == 0 and "g" not in h.shard.share_groups
+
+
+def test_records_replay_into_the_same_groups():
+    """A coordinator that loads the partition (replays __consumer_offsets) has the same share groups; its
+    members get session timers again."""
+    h = SGHarness()
+    h.shb("g", "a", 0, ["t1", "t2"], rack="r1")
+    h.shb("g", "b", 0, ["t2"])
+    h.shb("g", "c", 0, ["t1"])
+    h.shb("g", "c", -1)
+    h.shb("empty", "x", 0, ["t1"])
+    h.shb("empty", "x", -1)
+    before = h.shard.share_groups
+    r = h.reload()
+    after = r.shard.share_groups
+    assert set(after) == {"g", "empty"}
+    for gid in before:
+        b, a = before[gid], after[gid]
+        assert (a.group_epoch, a.assignment_epoch, a.target) == (b.group_epoch, b.assignment_epoch, b.target)
+        assert {m: (x.member_epoch, x.assigned, x.subscribed_topic_names, x.rack_id) for m, x in a.members.items()} \
+            == {m: (x.member_epoch, x.assigned, x.subscribed_topic_names, x.rack_id) for m, x in b.members.items()}
+    assert set(after["g"].members) == {"a", "b"} and after["empty"].members == {}
+    # the reloaded coordinator serves the members where they were
+    resp = r.runtime.write(PARTITION, lambda s: s.share_group_heartbeat(
+        RequestMeta(1, "client", "/127.0.0.1"), Req(group_id="g", member_id="a",
+                                                     member_epoch=before["g"].members["a"].member_epoch)))
+    assert resp.error_code == 0 and resp.member_epoch == before["g"].group_epoch  # c's leaving moved the epoch
+    r.advance(3000)
+    epoch_a = r.shard.share_groups["g"].members["a"].member_epoch
+    assert r.runtime.write(PARTITION, lambda s: s.share_group_heartbeat(
+        RequestMeta(1, "client", "/127.0.0.1"), Req(group_id="g", member_id="a", member_epoch=epoch_a))).error_code == 0
+    r.advance(3001)  # no heartbeat from b: removed by the session timer the load scheduled
+    assert set(r.shard.share_groups["g"].members) == {"a"}
+    [res] = r.runtime.write(PARTITION, lambda s: s.delete_groups(["empty"]))
+    assert res.error_code == 0
+    assert "empty" not in r.shard.share_groups and "empty" not in r.reload().shard.share_groups

@@ -213,7 +213,7 @@ class GroupCoordinatorShard(ConsumerGroupOps, ShareGroupOps):
             self._replay_offset_commit(key.group, key.topic, key.partition, record.value)
         elif isinstance(key, GroupMetadataKey):
             self._replay_group_metadata(key.group, record.value)
-        else:
+        elif not self.replay_share_group_record(record):  # KIP-932 share group records (types 10-15)
             self.replay_consumer_group_record(record)  # KIP-848 consumer group records (types 3-8, 16)
 
     def _replay_offset_commit(self, group_id: str, topic: str, partition: int, value: Any) -> None:
@@ -226,7 +226,7 @@ class GroupCoordinatorShard(ConsumerGroupOps, ShareGroupOps):
                 if not topics:
                     del self.offsets[group_id]
             return
-        if group_id not in self.groups and group_id not in self.consumer_groups:
+        if group_id not in self.groups and group_id not in self.consumer_groups and group_id not in self.share_groups:
             # a commit outside group management creates a "simple" group (Empty, no protocol type)
             self.groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=-1)
         expire = getattr(value, "expire_timestamp", -1)
@@ -279,6 +279,7 @@ class GroupCoordinatorShard(ConsumerGroupOps, ShareGroupOps):
             if len(group.members) > self.config.group_max_size:
                 self._apply_now(self._prepare_rebalance(group, "loaded group is over group.max.size"))
         self._consumer_groups_loaded()
+        self._share_groups_loaded()
         self._schedule_offsets_expiration()
 
     def on_unloaded(self) -> None:
@@ -1049,11 +1050,12 @@ class GroupCoordinatorShard(ConsumerGroupOps, ShareGroupOps):
             if not group_id:
                 error = ErrorCode.INVALID_GROUP_ID
             elif group_id in self.share_groups:
-                error = self.delete_share_group(group_id)
+                error, tombstones = self.share_group_tombstones(group_id)
                 if error == ErrorCode.NONE:
                     records.extend(offset_commit_tombstone(group_id, topic, partition)
                                    for topic, partitions in sorted(self.offsets.get(group_id, {}).items())
                                    for partition in sorted(partitions))
+                    records.extend(tombstones)
             elif group_id in self.consumer_groups:
                 if self.consumer_group_is_empty(group_id):
                     error = ErrorCode.NONE

@@ -25,19 +25,23 @@ Behaviour (Kafka's ``GroupMetadataManager.shareGroupHeartbeat``, re-stated):
   ``group.share.session.timeout.ms`` is removed; so is one that leaves with epoch -1. Removing a member calls
   the ``on_share_member_removed`` hook (the broker releases the records it had acquired here).
 
-State is kept in memory: the share group records (``ShareGroupMetadata``, ``ShareGroupMemberMetadata``, ...)
-are not written to ``__consumer_offsets``; after a coordinator move or restart the members rejoin (their
-heartbeats get UNKNOWN_MEMBER_ID and they join again with epoch 0), as KIP-932 members do after fencing.
+State lives in ``__consumer_offsets`` as Kafka's coordinator writes it: ``ShareGroupMemberMetadata`` (type 10),
+``ShareGroupMetadata`` (11, the group epoch), ``ShareGroupTargetAssignmentMetadata`` (12),
+``ShareGroupTargetAssignmentMember`` (13) and ``ShareGroupCurrentMemberAssignment`` (14); operations return
+records and the state changes only when they are replayed, so a coordinator that loads the partition has the
+same groups (members get a fresh session timer). ``ShareGroupStatePartitionMetadata`` (15, which partitions'
+share state was initialized) is not written: share partitions start their state on the first ShareFetch.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from kbroker.coordinator.runtime import CoordinatorResult
+from kbroker.coordinator.runtime import CoordinatorRecord, CoordinatorResult
+from kbroker.protocol import coordinator_records as cr
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import (
     ListGroupsResponse,
@@ -58,6 +62,10 @@ Resp = ShareGroupHeartbeatResponse
 Described = ShareGroupDescribeResponse
 #: topic id -> partitions
 Partitions = dict[bytes, frozenset[int]]
+#: the share group record keys of ``__consumer_offsets`` (types 10-15)
+SHARE_GROUP_KEYS = (cr.ShareGroupMemberMetadataKey, cr.ShareGroupMetadataKey, cr.ShareGroupTargetAssignmentMetadataKey,
+                    cr.ShareGroupTargetAssignmentMemberKey, cr.ShareGroupCurrentMemberAssignmentKey,
+                    cr.ShareGroupStatePartitionMetadataKey)
 
 
 class ShareGroupState(enum.Enum):
@@ -131,7 +139,8 @@ def _assignment(partitions: Partitions) -> Resp.Assignment:
 
 class ShareGroupOps:
     """Mixin: the share-group side of the shard. The host provides ``config`` (``share_*`` fields),
-    ``timer``, ``groups`` (classic), ``consumer_groups`` and ``image_provider``."""
+    ``timer``, ``loaded``, ``groups`` (classic), ``consumer_groups`` and ``image_provider``. Operations return
+    records; state changes only in :meth:`replay_share_group_record`."""
 
     share_groups: dict[str, ShareGroup]
     #: called with (group id, member id) when a member leaves or is fenced (set by the broker)
@@ -149,14 +158,81 @@ class ShareGroupOps:
                 out[name] = (t.topic_id, len(t.partitions))
         return out
 
+    # ==================================================================================== replay
+    def replay_share_group_record(self, record: CoordinatorRecord) -> bool:
+        """Apply a share-group record (types 10-15); False if ``record`` is not one."""
+        key, value = record.key, record.value
+        if not isinstance(key, SHARE_GROUP_KEYS):
+            return False
+        gid = key.group_id
+        group = self.share_groups.get(gid)
+        if group is None:
+            if value is None or isinstance(key, cr.ShareGroupStatePartitionMetadataKey):
+                return True
+            group = self.share_groups[gid] = ShareGroup(gid)
+            self.groups.pop(gid, None)  # type: ignore[attr-defined]  # an empty classic group gave way
+        if isinstance(key, cr.ShareGroupMetadataKey):
+            if value is None:
+                for mid in list(group.members):
+                    self.timer.cancel(session_key(gid, mid))  # type: ignore[attr-defined]
+                del self.share_groups[gid]
+            else:
+                group.group_epoch = value.epoch
+        elif isinstance(key, cr.ShareGroupMemberMetadataKey):
+            if value is None:
+                if group.members.pop(key.member_id, None) is not None:
+                    group.target.pop(key.member_id, None)
+                    self.timer.cancel(session_key(gid, key.member_id))  # type: ignore[attr-defined]
+                    self._share_member_gone(gid, key.member_id)
+            else:
+                m = group.members.get(key.member_id) or ShareGroupMember(key.member_id)
+                m.rack_id = value.rack_id or None
+                m.client_id, m.client_host = value.client_id, value.client_host
+                m.subscribed_topic_names = tuple(value.subscribed_topic_names)
+                group.members[key.member_id] = m
+        elif isinstance(key, cr.ShareGroupTargetAssignmentMetadataKey):
+            if value is not None:
+                group.assignment_epoch = value.assignment_epoch
+                # what the target was computed from (in memory only; Kafka keeps a hash in ShareGroupMetadata)
+                group.topics_seen = self._share_topics(group.subscribed_topics())
+        elif isinstance(key, cr.ShareGroupTargetAssignmentMemberKey):
+            if value is None:
+                group.target.pop(key.member_id, None)
+            else:
+                group.target[key.member_id] = _partitions_of(value.topic_partitions)
+        elif isinstance(key, cr.ShareGroupCurrentMemberAssignmentKey):
+            m = group.members.get(key.member_id)
+            if value is not None:
+                if m is None:
+                    m = group.members[key.member_id] = ShareGroupMember(key.member_id)
+                m.member_epoch = value.member_epoch
+                m.assigned = _partitions_of(value.assigned_partitions)
+        return True
+
+    def _share_member_gone(self, group_id: str, member_id: str) -> None:
+        hook = self.on_share_member_removed
+        if hook is not None and self.loaded:  # type: ignore[attr-defined]
+            try:
+                hook(group_id, member_id)
+            except Exception:  # noqa: BLE001 - the hook must not break the coordinator
+                log.exception("share group %s: member removal hook failed", group_id)
+
+    def _share_groups_loaded(self) -> None:
+        """After loading: every member gets a session timer; the topics the targets were computed from are
+        taken from the current image (a change while the group was not served shows on the next heartbeat)."""
+        for group in self.share_groups.values():
+            group.topics_seen = self._share_topics(group.subscribed_topics())
+            for mid in group.members:
+                self._schedule_share_session_timeout(group.group_id, mid)
+
     # ==================================================================================== heartbeat
     def share_group_heartbeat(self, meta: Any, request: ShareGroupHeartbeatRequest) -> CoordinatorResult[Resp]:
         try:
-            return CoordinatorResult(response=self._share_group_heartbeat(meta, request))
+            return self._share_group_heartbeat(meta, request)
         except _HeartbeatError as exc:
             return CoordinatorResult(response=Resp(error_code=exc.code, error_message=exc.message))
 
-    def _share_group_heartbeat(self, meta: Any, r: ShareGroupHeartbeatRequest) -> Resp:
+    def _share_group_heartbeat(self, meta: Any, r: ShareGroupHeartbeatRequest) -> CoordinatorResult[Resp]:
         config = self.config  # type: ignore[attr-defined]
         if not r.group_id:
             raise _HeartbeatError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
@@ -170,27 +246,30 @@ class ShareGroupOps:
         if epoch == 0 and not r.subscribed_topic_names:
             raise _HeartbeatError(ErrorCode.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.")
         gid = r.group_id
-        if gid in self.consumer_groups or gid in self.groups:  # type: ignore[attr-defined]
-            classic = self.groups.get(gid)  # type: ignore[attr-defined]
-            if classic is None or classic.members or gid in self.consumer_groups:  # type: ignore[attr-defined]
+        records: list[CoordinatorRecord] = []
+        if gid in self.consumer_groups:  # type: ignore[attr-defined]
+            raise _HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a share group.")
+        classic = self.groups.get(gid)  # type: ignore[attr-defined]
+        if classic is not None:
+            if classic.members or epoch != 0:
                 raise _HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a share group.")
+            from kbroker.coordinator.group.records import group_metadata_tombstone
+            records.append(group_metadata_tombstone(gid))  # an empty classic group makes way
         group = self.share_groups.get(gid)
         if epoch == LEAVE_GROUP_MEMBER_EPOCH:
             if group is None or r.member_id not in group.members:
                 raise _HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
                                       f"Member {r.member_id} is not a member of group {gid}.")
-            self._remove_share_member(group, r.member_id)
-            return Resp(member_id=r.member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
-                        heartbeat_interval_ms=config.share_group_heartbeat_interval_ms)
+            return CoordinatorResult(
+                self._remove_share_member_records(group, r.member_id),
+                Resp(member_id=r.member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
+                     heartbeat_interval_ms=config.share_group_heartbeat_interval_ms))
         if group is None:
             if epoch != 0:
                 raise _HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Group {gid} not found.")
-            group = ShareGroup(gid)
-            self.share_groups[gid] = group
-            self.groups.pop(gid, None)  # type: ignore[attr-defined]  # an empty classic group gives way
-        member = group.members.get(r.member_id)
-        bump = False
-        if member is None:
+            group = ShareGroup(gid)  # created by the replay of the records below
+        old = group.members.get(r.member_id)
+        if old is None:
             if epoch != 0:
                 raise _HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
                                       f"Member {r.member_id} is not a member of group {gid}.")
@@ -198,51 +277,73 @@ class ShareGroupOps:
                 raise _HeartbeatError(ErrorCode.GROUP_MAX_SIZE_REACHED,
                                       f"The share group has reached its maximum capacity of "
                                       f"{config.share_group_max_size} members.")
-            member = ShareGroupMember(r.member_id, client_id=meta.client_id, client_host=meta.client_host)
-            group.members[r.member_id] = member
-            bump = True
-        elif epoch != member.member_epoch and epoch != 0:
+        elif epoch != old.member_epoch and epoch != 0:
             raise _HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
                                   f"The share group member has a different member epoch ({epoch}) than the one "
-                                  f"known by the group coordinator ({member.member_epoch}).")
+                                  f"known by the group coordinator ({old.member_epoch}).")
+        member = replace(old) if old is not None else ShareGroupMember(
+            r.member_id, client_id=meta.client_id, client_host=meta.client_host)
         if r.rack_id is not None:
             member.rack_id = r.rack_id
         if r.subscribed_topic_names is not None:
-            names = tuple(sorted(set(r.subscribed_topic_names)))
-            if names != member.subscribed_topic_names:
-                member.subscribed_topic_names = names
-                bump = True
-        topics = self._share_topics(group.subscribed_topics())
+            member.subscribed_topic_names = tuple(sorted(set(r.subscribed_topic_names)))
+        bump = old is None or member.subscribed_topic_names != old.subscribed_topic_names
+        if old is None or (member.rack_id, member.subscribed_topic_names) != (old.rack_id,
+                                                                               old.subscribed_topic_names):
+            records.append(_member_record(gid, member))
+        members = dict(group.members)
+        members[member.member_id] = member
+        topics = self._share_topics({t for m in members.values() for t in m.subscribed_topic_names})
         if topics != group.topics_seen:
             bump = True
+        group_epoch = group.group_epoch + 1 if bump else group.group_epoch
         if bump:
-            group.group_epoch += 1
-        if group.assignment_epoch < group.group_epoch:
-            group.topics_seen = topics
-            group.target = simple_assignment(group.members, topics)
-            group.assignment_epoch = group.group_epoch
+            records.append(CoordinatorRecord(cr.ShareGroupMetadataKey(group_id=gid),
+                                             cr.ShareGroupMetadataValue(epoch=group_epoch), 0))
+        target = group.target
+        assignment_epoch = group.assignment_epoch
+        if assignment_epoch < group_epoch:
+            target = simple_assignment(members, topics)
+            for mid, parts in sorted(target.items()):
+                if group.target.get(mid) != parts:
+                    records.append(CoordinatorRecord(
+                        cr.ShareGroupTargetAssignmentMemberKey(group_id=gid, member_id=mid),
+                        cr.ShareGroupTargetAssignmentMemberValue(topic_partitions=[
+                            cr.ShareGroupTargetAssignmentMemberValue.TopicPartition(topic_id=t, partitions=sorted(ps))
+                            for t, ps in sorted(parts.items())]), 0))
+            assignment_epoch = group_epoch
+            records.append(CoordinatorRecord(
+                cr.ShareGroupTargetAssignmentMetadataKey(group_id=gid),
+                cr.ShareGroupTargetAssignmentMetadataValue(assignment_epoch=assignment_epoch,
+                                                           assignment_timestamp=self.now_ms()), 0))  # type: ignore[attr-defined]
         changed = epoch == 0
-        target = group.target.get(member.member_id, {})
-        if member.member_epoch != group.assignment_epoch or member.assigned != target:
-            member.member_epoch = group.assignment_epoch
-            member.assigned = target
+        new_assigned = target.get(member.member_id, {})
+        if member.member_epoch != assignment_epoch or member.assigned != new_assigned or old is None:
+            previous = member.member_epoch
+            member.member_epoch = assignment_epoch
+            member.assigned = new_assigned
+            records.append(CoordinatorRecord(
+                cr.ShareGroupCurrentMemberAssignmentKey(group_id=gid, member_id=member.member_id),
+                cr.ShareGroupCurrentMemberAssignmentValue(
+                    member_epoch=member.member_epoch, previous_member_epoch=previous, state=0,
+                    assigned_partitions=[cr.ShareGroupCurrentMemberAssignmentValue.TopicPartitions(
+                        topic_id=t, partitions=sorted(ps)) for t, ps in sorted(new_assigned.items())]), 0))
             changed = True
         self._schedule_share_session_timeout(gid, member.member_id)
-        return Resp(member_id=member.member_id, member_epoch=member.member_epoch,
-                    heartbeat_interval_ms=config.share_group_heartbeat_interval_ms,
-                    assignment=_assignment(member.assigned) if changed else None)
+        return CoordinatorResult(records, Resp(
+            member_id=member.member_id, member_epoch=member.member_epoch,
+            heartbeat_interval_ms=config.share_group_heartbeat_interval_ms,
+            assignment=_assignment(member.assigned) if changed else None))
 
-    def _remove_share_member(self, group: ShareGroup, member_id: str) -> None:
-        group.members.pop(member_id, None)
-        group.target.pop(member_id, None)
-        group.group_epoch += 1
-        self.timer.cancel(session_key(group.group_id, member_id))  # type: ignore[attr-defined]
-        hook = self.on_share_member_removed
-        if hook is not None:
-            try:
-                hook(group.group_id, member_id)
-            except Exception:  # noqa: BLE001 - the hook must not break the coordinator
-                log.exception("share group %s: member removal hook failed", group.group_id)
+    def _remove_share_member_records(self, group: ShareGroup, member_id: str) -> list[CoordinatorRecord]:
+        """Tombstones of the member's records (current assignment, target, metadata) and the next group epoch."""
+        gid = group.group_id
+        self.timer.cancel(session_key(gid, member_id))  # type: ignore[attr-defined]
+        return [CoordinatorRecord(cr.ShareGroupCurrentMemberAssignmentKey(group_id=gid, member_id=member_id), None),
+                CoordinatorRecord(cr.ShareGroupTargetAssignmentMemberKey(group_id=gid, member_id=member_id), None),
+                CoordinatorRecord(cr.ShareGroupMemberMetadataKey(group_id=gid, member_id=member_id), None),
+                CoordinatorRecord(cr.ShareGroupMetadataKey(group_id=gid),
+                                  cr.ShareGroupMetadataValue(epoch=group.group_epoch + 1), 0)]
 
     def _schedule_share_session_timeout(self, group_id: str, member_id: str) -> None:
         self.timer.schedule(session_key(group_id, member_id),  # type: ignore[attr-defined]
@@ -251,11 +352,11 @@ class ShareGroupOps:
 
     def _on_share_session_timeout(self, group_id: str, member_id: str) -> CoordinatorResult[None]:
         group = self.share_groups.get(group_id)
-        if group is not None and member_id in group.members:
-            log.info("share group %s: member %s removed: no heartbeat within %d ms", group_id, member_id,
-                     self.config.share_group_session_timeout_ms)  # type: ignore[attr-defined]
-            self._remove_share_member(group, member_id)
-        return CoordinatorResult()
+        if group is None or member_id not in group.members:
+            return CoordinatorResult()
+        log.info("share group %s: member %s removed: no heartbeat within %d ms", group_id, member_id,
+                 self.config.share_group_session_timeout_ms)  # type: ignore[attr-defined]
+        return CoordinatorResult(self._remove_share_member_records(group, member_id))
 
     def share_groups_unloaded(self) -> None:
         for group in self.share_groups.values():
@@ -303,10 +404,27 @@ class ShareGroupOps:
                                                       group_state=state, group_type=SHARE_GROUP_TYPE))
         return out
 
-    def delete_share_group(self, group_id: str) -> int:
-        """DeleteGroups of a share group: NONE (deleted), NON_EMPTY_GROUP."""
+    def share_group_tombstones(self, group_id: str) -> tuple[int, list[CoordinatorRecord]]:
+        """DeleteGroups of a share group: (NONE and the group's tombstones) or (NON_EMPTY_GROUP, [])."""
         group = self.share_groups[group_id]
         if group.members:
-            return ErrorCode.NON_EMPTY_GROUP
-        del self.share_groups[group_id]
-        return ErrorCode.NONE
+            return ErrorCode.NON_EMPTY_GROUP, []
+        return ErrorCode.NONE, [
+            CoordinatorRecord(cr.ShareGroupStatePartitionMetadataKey(group_id=group_id), None),
+            CoordinatorRecord(cr.ShareGroupTargetAssignmentMetadataKey(group_id=group_id), None),
+            CoordinatorRecord(cr.ShareGroupMetadataKey(group_id=group_id), None)]
+
+
+def _member_record(group_id: str, m: ShareGroupMember) -> CoordinatorRecord:
+    return CoordinatorRecord(cr.ShareGroupMemberMetadataKey(group_id=group_id, member_id=m.member_id),
+                             cr.ShareGroupMemberMetadataValue(rack_id=m.rack_id, client_id=m.client_id,
+                                                              client_host=m.client_host,
+                                                              subscribed_topic_names=list(m.subscribed_topic_names)),
+                             0)
+
+
+def _partitions_of(items: Any) -> Partitions:
+    out: dict[bytes, frozenset[int]] = {}
+    for tp in items:
+        out[tp.topic_id] = frozenset(tp.partitions)
+    return out
