@@ -4,7 +4,7 @@ Behavior: one answer per group id: state (Empty, Stable), group and assignment e
 each member's id, rack, epoch, client id and host, subscription and assignment (topic ids and names).
 Errors per group: INVALID_GROUP_ID (empty id), GROUP_ID_NOT_FOUND (unknown, or not a share group),
 GROUP_AUTHORIZATION_FAILED (no DESCRIBE on the group), TOPIC_AUTHORIZATION_FAILED (an assigned topic the caller
-may not DESCRIBE), and the coordinator errors.
+may not DESCRIBE), UNSUPPORTED_VERSION (``share.version`` not finalized), and the coordinator errors.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import ShareGroupDescribeRequest, ShareGroupDescribeResponse
 from kbroker.server.authorizer import AclOperation, ResourceType
 from kbroker.server.handlers import common
+from kbroker.server.share.manager import share_groups_enabled
 
 API_KEY = ApiKey.SHARE_GROUP_DESCRIBE
 VERSIONS = range(1, 2)
@@ -23,6 +24,10 @@ async def handle(ctx, request: ShareGroupDescribeRequest) -> ShareGroupDescribeR
     names = list(request.group_ids)
     include = request.include_authorized_operations
     coordinator = ctx.broker.group_coordinator
+    if not share_groups_enabled(ctx.broker):
+        return ShareGroupDescribeResponse(groups=[ShareGroupDescribeResponse.DescribedGroup(
+            group_id=name, error_code=ErrorCode.UNSUPPORTED_VERSION, authorized_operations=-2147483648)
+            for name in names])
     if ctx.broker.authorizer is None:
         return ShareGroupDescribeResponse(groups=coordinator.share_group_describe(names, include))
     allowed = common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, names)
