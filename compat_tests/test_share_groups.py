@@ -349,6 +349,57 @@ def test_confluent_share_state_survives_kill_9(kbroker_factory):
         c.close()
 
 
+def share_groups_cli(bootstrap: str, *args: str) -> str:
+    r = subprocess.run([sys.executable, "-m", "kbroker.cli.share_groups", "--bootstrap-server", bootstrap, *args],
+                       capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([REPO_ROOT, os.environ.get("PYTHONPATH", "")])))
+    assert r.returncode == 0, f"kbroker-share-groups {args} exited {r.returncode}:\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+def test_share_group_offsets_apis_and_cli(kbroker_factory):
+    """kbroker-share-groups (DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets,
+    ShareGroupDescribe, ListGroups, DeleteGroups): describe an empty group, reset it to the earliest offset so a
+    consumer gets the records produced before the group existed, delete its offsets, delete it."""
+    broker, topic, group, producer = _one_consumer_setup({}, kbroker_factory)
+    for i in range(5):
+        producer.produce(topic, b"a-%d" % i)
+    producer.flush(5)
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        _warm_explicit(c, Warmup(producer, topic))
+        _drain(c, 0.5)
+        members = share_groups_cli(broker.bootstrap, "--describe", "--group", group, "--members")
+        assert members.split("\n")[1].split()[:3] == ["GROUP", "CONSUMER-ID", "HOST"]
+        assert f"{topic}:0" in members
+    finally:
+        c.close()
+    offsets = share_groups_cli(broker.bootstrap, "--describe", "--group", group)
+    lines = [line.split() for line in offsets.strip().splitlines()]
+    assert lines[0] == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
+    [row] = lines[1:]
+    assert row[:3] == [group, topic, "0"] and int(row[3]) >= 6 and row[4] == "0"  # after a-0..a-4 and a warm one
+    state = share_groups_cli(broker.bootstrap, "--describe", "--group", group, "--state")
+    assert state.split("\n")[2].split()[0] == group and "Empty" in state
+    assert group in share_groups_cli(broker.bootstrap, "--list").split()
+    reset = share_groups_cli(broker.bootstrap, "--reset-offsets", "--group", group, "--topic", topic,
+                             "--to-earliest", "--execute")
+    assert reset.strip().splitlines()[-1].split() == [group, topic, "0", "0"]
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        got = _poll_until(c, lambda s: {m.value() for m in s} >= {b"a-%d" % i for i in range(5)}, 30)
+        assert sorted(m.offset() for m in got)[:5] == [0, 1, 2, 3, 4]
+    finally:
+        c.close()
+    deleted = share_groups_cli(broker.bootstrap, "--delete-offsets", "--group", group, "--topic", topic)
+    assert deleted.strip().splitlines()[-1].split() == [topic, "Successful"]
+    assert "has no offsets" in share_groups_cli(broker.bootstrap, "--describe", "--group", group)
+    assert "was successful" in share_groups_cli(broker.bootstrap, "--delete", "--group", group)
+    assert group not in share_groups_cli(broker.bootstrap, "--list").split()
+
+
 # ============================================================================================ Java client
 
 SHARE_DRIVER_SOURCE = os.path.join(REPO_ROOT, "compat_tests", "java", "ShareDriver.java")

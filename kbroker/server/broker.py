@@ -92,6 +92,7 @@ class Broker:
         #: share partitions and share sessions of share groups (KIP-932); members leaving release their records
         self.share_partitions = SharePartitionManager.for_broker(self, LocalSharePersister(self.share_coordinator))
         self.group_coordinator.share_member_removed_hook = self.share_partitions.release_member
+        self.group_coordinator.share_group_deleted_hook = self._share_group_deleted
         #: markers for partitions led by other brokers (a cluster only)
         self.remote_markers: Any = None
         #: transaction verification with a coordinator on another broker (a cluster only, KIP-890)
@@ -305,6 +306,10 @@ class Broker:
                 authorizer.update(new.acls, changes.changed_acls)
 
         self.controller.add_listener(on_update)
+
+    def _share_group_deleted(self, group_id: str) -> None:
+        """DeleteGroups removed a share group: its share state goes too (after the group's records are written)."""
+        asyncio.get_running_loop().call_soon(self.share_partitions.forget_group, group_id)
 
     def _start_partitions(self) -> None:
         """Host the partitions the image assigns to this broker, and the coordinators on them."""

@@ -152,6 +152,8 @@ class GroupCoordinator:
         #: ``hook(group id, member id)``: a share group member left or was fenced here (the broker's share
         #: partitions release what it acquired)
         self.share_member_removed_hook: Callable[[str, str], None] | None = None
+        #: ``hook(group id)``: a share group was deleted here (the broker deletes its share state)
+        self.share_group_deleted_hook: Callable[[str], None] | None = None
 
     #: how long a write waits for the in-sync replicas before the answer is COORDINATOR_NOT_AVAILABLE
     commit_timeout_ms = 5000
@@ -167,7 +169,12 @@ class GroupCoordinator:
         shard = GroupCoordinatorShard(partition, self.config, timer, self.scheduler.now_ms,
                                       image_provider=lambda: self.controller.image)
         shard.on_share_member_removed = self._share_member_removed
+        shard.on_share_group_deleted = self._share_group_deleted
         return shard
+
+    def _share_group_deleted(self, group_id: str) -> None:
+        if self.share_group_deleted_hook is not None:
+            self.share_group_deleted_hook(group_id)
 
     def _share_member_removed(self, group_id: str, member_id: str) -> None:
         if self.share_member_removed_hook is not None:
@@ -385,6 +392,19 @@ class GroupCoordinator:
             except KafkaError as exc:
                 out.append(ShareGroupDescribeResponse.DescribedGroup(error_code=exc.code, group_id=group_id))
         return out
+
+    def share_group_admin_check(self, group_id: str, need_empty: bool) -> tuple[int, str | None]:
+        """(error, message) for the share-group offset APIs (see ``ShareGroupOps.share_group_admin_check``),
+        or the coordinator error."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, None
+        try:
+            result = self.runtime.read(self.partition_for(group_id),
+                                       lambda shard: shard.share_group_admin_check(group_id, need_empty))
+        except KafkaError as exc:
+            return exc.code, exc.message
+        assert result is not None
+        return result
 
     def validate_offset_fetch_member(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """OffsetFetch v9+: the member id / epoch of a consumer group member (NONE for other groups)."""

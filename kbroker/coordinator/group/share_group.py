@@ -145,6 +145,8 @@ class ShareGroupOps:
     share_groups: dict[str, ShareGroup]
     #: called with (group id, member id) when a member leaves or is fenced (set by the broker)
     on_share_member_removed: Callable[[str, str], None] | None = None
+    #: called with the group id when a share group is deleted (the broker deletes its share state)
+    on_share_group_deleted: Callable[[str], None] | None = None
 
     def _init_share_groups(self) -> None:
         self.share_groups = {}
@@ -176,6 +178,8 @@ class ShareGroupOps:
                 for mid in list(group.members):
                     self.timer.cancel(session_key(gid, mid))  # type: ignore[attr-defined]
                 del self.share_groups[gid]
+                if self.on_share_group_deleted is not None and self.loaded:  # type: ignore[attr-defined]
+                    self.on_share_group_deleted(gid)
             else:
                 group.group_epoch = value.epoch
         elif isinstance(key, cr.ShareGroupMemberMetadataKey):
@@ -403,6 +407,18 @@ class ShareGroupOps:
             out.append(ListGroupsResponse.ListedGroup(group_id=group.group_id, protocol_type=SHARE_PROTOCOL_TYPE,
                                                       group_state=state, group_type=SHARE_GROUP_TYPE))
         return out
+
+    def share_group_admin_check(self, group_id: str, need_empty: bool) -> tuple[int, str | None]:
+        """For the share-group offset APIs: (NONE, None), or GROUP_ID_NOT_FOUND (no share group of that id),
+        NON_EMPTY_GROUP (``need_empty`` and the group has members), with a message."""
+        group = self.share_groups.get(group_id)
+        if group is None:
+            known = group_id in self.groups or group_id in self.consumer_groups  # type: ignore[attr-defined]
+            return ErrorCode.GROUP_ID_NOT_FOUND, (f"Group {group_id} is not a share group." if known
+                                                  else f"Group {group_id} not found.")
+        if need_empty and group.members:
+            return ErrorCode.NON_EMPTY_GROUP, "The group is not empty."
+        return ErrorCode.NONE, None
 
     def share_group_tombstones(self, group_id: str) -> tuple[int, list[CoordinatorRecord]]:
         """DeleteGroups of a share group: (NONE and the group's tombstones) or (NON_EMPTY_GROUP, [])."""

@@ -185,6 +185,16 @@ class ShareCoordinator:
         k: StateKey = (group_id, topic_id, partition)
         self.runtime.write(self.partition_for(*k), lambda shard: shard.delete_state(k))
 
+    def states_of_group(self, group_id: str) -> list[tuple[bytes, int, cr.ShareSnapshotValue]]:
+        """``(topic id, partition, state)`` of every share partition of ``group_id`` in the partitions served here."""
+        out = []
+        for p in self.runtime.partitions():
+            if self.runtime.state_of(p) is not ShardState.ACTIVE:
+                continue
+            states = self.runtime.read(p, lambda shard: dict(shard.states))
+            out.extend((tid, part, v) for (g, tid, part), v in states.items() if g == group_id)
+        return sorted(out, key=lambda x: (x[0], x[1]))
+
     def coordinator_state(self, group_id: str, topic_id: bytes, partition: int) -> int:
         try:
             self.runtime.active_context(self.partition_for(group_id, topic_id, partition))

@@ -169,6 +169,24 @@ class SharePartitionManager:
                 start, batches = sp.snapshot()
                 self.persister.save(key[0], key[1], key[2], start, batches)
 
+    def forget(self, group_id: str, topic_id: bytes, partition: int | None = None) -> None:
+        """Drop the in-memory share partitions of ``group_id`` on this topic (one partition, or all): their state
+        was altered or deleted (AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups) and is read again
+        on the next fetch."""
+        for key in [k for k in self.partitions if k[0] == group_id and k[1] == topic_id
+                    and (partition is None or k[2] == partition)]:
+            del self.partitions[key]
+
+    def forget_group(self, group_id: str) -> None:
+        """The group was deleted: its share partitions and sessions here go, and its persisted state."""
+        for key in [k for k in self.partitions if k[0] == group_id]:
+            del self.partitions[key]
+        for key in [k for k in self.sessions if k[0] == group_id]:
+            del self.sessions[key]
+        delete = getattr(self.persister, "delete_group", None)
+        if delete is not None:
+            delete(group_id)
+
     # ---- partitions
     def _leader(self, topic: str, partition: int) -> Any:
         part = self._get_partition(topic, partition)

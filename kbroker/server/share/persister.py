@@ -61,6 +61,17 @@ class LocalSharePersister:
         except KafkaError as exc:
             self._warn(self.coordinator.partition_for(group_id, topic_id, partition), exc.code)
 
+    def delete_group(self, group_id: str) -> None:
+        """Delete every persisted share-partition state of ``group_id`` kept here (DeleteGroups)."""
+        sc = self.coordinator
+        if not sc.topic_exists():
+            return
+        for topic_id, partition, _ in sc.states_of_group(group_id):
+            try:
+                sc.delete_state(group_id, topic_id, partition)
+            except KafkaError as exc:
+                self._warn(sc.partition_for(group_id, topic_id, partition), exc.code)
+
     def _warn(self, state_partition: int, code: int) -> None:
         if state_partition not in self._warned:
             self._warned.add(state_partition)
