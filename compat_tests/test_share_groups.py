@@ -261,10 +261,10 @@ def test_confluent_delivery_count_limit_archives(kbroker_factory):
         c.close()
 
 
-KILLED_CONSUMER = textwrap.dedent("""
+HOLDING_CONSUMER = textwrap.dedent("""
     import json, os, signal, sys
     from confluent_kafka import ShareConsumer
-    bootstrap, group, topic = sys.argv[1:4]
+    bootstrap, group, topic, sig = sys.argv[1:5]
     c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
                        "share.acknowledgement.mode": "explicit"})
     c.subscribe([topic])
@@ -273,7 +273,7 @@ KILLED_CONSUMER = textwrap.dedent("""
         held = [m.offset() for m in msgs if m.value().startswith(b"held")]
         if held:
             print(json.dumps(held), flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), getattr(signal, sig))
         for m in msgs:
             c.acknowledge(m)
         if msgs:
@@ -281,39 +281,58 @@ KILLED_CONSUMER = textwrap.dedent("""
 """)
 
 
-def test_confluent_killed_consumer_records_redelivered_after_lock(kbroker_factory):
-    """A consumer killed while holding records: another member gets them once their lock expires."""
-    lock_ms = 3000
+def _records_of_a_stopped_consumer(kbroker_factory, sig: str, lock_ms: int):  # noqa: ANN001, ANN202
+    """A consumer acquires "held" records and gets ``sig`` (its process killed, or stopped with its connections
+    open); another member then polls: (held offsets, seconds until all came back, their messages)."""
     broker, topic, group, producer = _one_consumer_setup({"group.share.record.lock.duration.ms": lock_ms},
                                                          kbroker_factory)
     b = consumer(broker.bootstrap, group, explicit=True)
     b.subscribe([topic])
     try:
         _warm_explicit(b, Warmup(producer, topic))
-        b.close()  # only the killed consumer is in the group now
-        proc = subprocess.Popen([sys.executable, "-c", KILLED_CONSUMER, broker.bootstrap, group, topic],
-                                stdout=subprocess.PIPE, text=True)
-        try:
-            time.sleep(3)
-            for i in range(3):
-                producer.produce(topic, b"held-%d" % i)
-            producer.flush(5)
-            line = proc.stdout.readline()
-            held_at = time.monotonic()
-            assert proc.wait(20) == -signal.SIGKILL
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    finally:
+        b.close()  # only the other consumer is in the group now
+    proc = subprocess.Popen([sys.executable, "-c", HOLDING_CONSUMER, broker.bootstrap, group, topic, sig],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)
+        for i in range(3):
+            producer.produce(topic, b"held-%d" % i)
+        producer.flush(5)
+        line = proc.stdout.readline()
+        held_at = time.monotonic()
         held = json.loads(line)
         assert held
+        if sig == "SIGKILL":
+            assert proc.wait(20) == -signal.SIGKILL
         b = consumer(broker.bootstrap, group, explicit=True)
         b.subscribe([topic])
-        seen = _poll_until(b, lambda s: {m.offset() for m in s} >= set(held), 30)
-        waited = time.monotonic() - held_at
-        assert waited >= lock_ms / 1000 - 0.5, f"redelivered after {waited:.1f}s, before the lock expired"
-        assert all(m.delivery_count() == 2 for m in seen if m.offset() in held)
+        try:
+            seen = _poll_until(b, lambda s: {m.offset() for m in s} >= set(held), 60)
+        finally:
+            b.close()
+        return held, time.monotonic() - held_at, [m for m in seen if m.offset() in held]
     finally:
-        b.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_confluent_killed_consumer_records_released_with_its_connection(kbroker_factory):
+    """A consumer killed while holding records: its connection closes, its share session ends and the records
+    go to another member at once, long before their 30 s lock would expire (Kafka 4.1+, KAFKA-19015)."""
+    held, waited, again = _records_of_a_stopped_consumer(kbroker_factory, "SIGKILL", 30000)
+    assert waited < 15, f"redelivered after {waited:.1f}s: the closed connection did not release the records"
+    assert all(m.delivery_count() == 2 for m in again)
+
+
+def test_confluent_hung_consumer_records_redelivered_after_lock(kbroker_factory):
+    """A consumer that stops (SIGSTOP: its connection stays open) while holding records: another member gets them
+    once their lock expires, not before."""
+    lock_ms = 3000
+    held, waited, again = _records_of_a_stopped_consumer(kbroker_factory, "SIGSTOP", lock_ms)
+    assert waited >= lock_ms / 1000 - 0.5, f"redelivered after {waited:.1f}s, before the lock expired"
+    assert all(m.delivery_count() == 2 for m in again)
 
 
 def test_confluent_share_state_survives_kill_9(kbroker_factory):

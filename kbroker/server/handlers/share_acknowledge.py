@@ -37,10 +37,12 @@ async def handle(ctx, request: ShareAcknowledgeRequest) -> ShareAcknowledgeRespo
     if epoch == 0:
         return Resp(error_code=ErrorCode.INVALID_SHARE_SESSION_EPOCH,
                     error_message="ShareAcknowledge cannot open a share session.")
+    mgr.sweep_disconnected()
     try:
         session = mgr.session_for(group_id, member_id, epoch)
     except KafkaError as exc:
         return Resp(error_code=exc.code, error_message=exc.message)
+    session.connection = ctx.connection
     resp = Resp(acquisition_lock_timeout_ms=share_settings(broker, group_id).record_lock_duration_ms)
     names, topic_errors = resolve_topics(ctx, [t.topic_id for t in request.topics])
     hinted: set[int] = set()

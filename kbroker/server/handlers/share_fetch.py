@@ -5,7 +5,8 @@ Behavior (share partitions and sessions: ``kbroker.server.share``):
 * the share session: ``ShareSessionEpoch`` 0 opens one for (group, member) with the request's partitions (no
   acknowledgements allowed then: INVALID_REQUEST), later requests carry the next epoch and add partitions
   (``Topics``) or drop them (``ForgottenTopicsData``); -1 applies the acknowledgements, ends the session and
-  releases the member's other records on this broker, and fetches nothing. Errors (top level):
+  releases the member's other records on this broker, and fetches nothing (so does a closed connection, as in
+  Kafka 4.1+). Errors (top level):
   SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH, SHARE_SESSION_LIMIT_REACHED, INVALID_REQUEST (no group
   or member id), GROUP_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION (``share.version`` not finalized);
 * acknowledgements are applied first, per partition (``AcknowledgeErrorCode``: INVALID_RECORD_STATE for records
@@ -103,10 +104,12 @@ async def handle(ctx, request: ShareFetchRequest) -> ShareFetchResponse:
     if epoch == 0 and any(p.acknowledgement_batches for t in request.topics for p in t.partitions):
         return Resp(error_code=ErrorCode.INVALID_REQUEST,
                     error_message="Acknowledge data present on initial share fetch request.")
+    mgr.sweep_disconnected()
     try:
         session = mgr.session_for(group_id, member_id, epoch)
     except KafkaError as exc:
         return Resp(error_code=exc.code, error_message=exc.message)
+    session.connection = ctx.connection
     settings = share_settings(broker, group_id)
     resp = Resp(acquisition_lock_timeout_ms=settings.record_lock_duration_ms)
     names, topic_errors = resolve_topics(ctx, [t.topic_id for t in request.topics]
@@ -175,6 +178,7 @@ async def handle(ctx, request: ShareFetchRequest) -> ShareFetchResponse:
             await broker.replica_manager.wait_for_data(parts, wait)
         else:
             await asyncio.sleep(wait)
+        mgr.sweep_disconnected()
         if session is not mgr.sessions.get((group_id, member_id)):
             break  # the session was replaced or closed meanwhile
     return _finish(ctx, resp, out, hinted)

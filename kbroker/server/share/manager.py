@@ -7,7 +7,9 @@
 * Share sessions (KIP-932 "Share sessions"): keyed by (group id, member id); ShareSessionEpoch 0 opens one (a
   previous one of the member is replaced), each later request must carry the next epoch
   (INVALID_SHARE_SESSION_EPOCH; no session: SHARE_SESSION_NOT_FOUND), -1 closes it and releases the records the
-  member holds on this broker. Incremental requests add partitions (``Topics``) and drop them
+  member holds on this broker. A session whose client connection closed ends the same way (found by
+  :meth:`SharePartitionManager.sweep_disconnected` on the next share request, and every 100 ms while one
+  waits). Incremental requests add partitions (``Topics``) and drop them
   (``ForgottenTopicsData``). At most ``group.share.max.share.sessions`` sessions (SHARE_SESSION_LIMIT_REACHED).
 * :func:`share_settings` is the one place the share settings of a group are read: the group configs
   (``share.auto.offset.reset``, ``share.isolation.level``, ``share.record.lock.duration.ms``,
@@ -100,6 +102,8 @@ class ShareSession:
     next_epoch: int = 1
     #: (topic id, partition)
     partitions: dict[tuple[bytes, int], None] = field(default_factory=dict)
+    #: the connection of the session's last request (``closed``: the client went away)
+    connection: Any = None
 
 
 @dataclass
@@ -147,6 +151,13 @@ class SharePartitionManager:
             raise KafkaError(ErrorCode.INVALID_SHARE_SESSION_EPOCH,
                              f"expected share session epoch {session.next_epoch}, got {epoch}")
         return session
+
+    def sweep_disconnected(self) -> None:
+        """Sessions whose client connection closed end as with epoch -1: their members' records here are
+        released at once (Kafka 4.1+ removes a share session when its connection drops, KAFKA-19015)."""
+        for session in [s for s in self.sessions.values() if s.connection is not None
+                        and getattr(s.connection, "closed", False)]:
+            self.close_session(session)
 
     def advance(self, session: ShareSession) -> None:
         session.next_epoch = 1 if session.next_epoch >= 2**31 - 1 else session.next_epoch + 1
