@@ -566,3 +566,137 @@ def test_java_released_records_archived_at_delivery_count_limit(kbroker_factory,
     for e in consumers.records("x-"):
         deliveries.setdefault(e["value"], []).append(e["delivery"])
     assert deliveries == {"x-0": [1, 2], "x-1": [1, 2], "x-2": [1, 2]}
+
+
+# ============================================================================================ cluster
+
+
+def test_share_state_moves_with_the_partition_leader_in_a_cluster(tmp_path):
+    """3 nodes, a replicated 1-partition topic, a share group whose state (``__share_group_state``) is kept by
+    another node than the partition's leader: the leader writes the state with WriteShareGroupState, and after
+    it is killed the new leader reads it with ReadShareGroupState: accepted records stay done, records produced
+    before the crash and never delivered are delivered, each once."""
+    from kbroker.coordinator.runtime import partition_for
+    from kbroker.coordinator.share.service import SHARE_STATE_TOPIC, coordinator_key
+    from kbroker.testing.cluster import KbrokerCluster, wait_until
+
+    with KbrokerCluster(tmp_path, nodes=3, overrides={"broker.session.timeout.ms": 6000,
+                                                      "broker.heartbeat.interval.ms": 500,
+                                                      "group.share.heartbeat.interval.ms": 500}) as cluster:
+        bootstrap = cluster.bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 3, 60, "all three brokers registered")
+        topic = unique("share")
+        admin.create_topics([NewTopic(topic, 1, 3)], request_timeout=30)[topic].result(60)
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+
+        probe = consumer(bootstrap, unique("probe"), explicit=True)  # creates __share_group_state
+        probe.subscribe([topic])
+        try:
+            _warm_explicit(probe, Warmup(producer, topic))
+        finally:
+            probe.close()
+
+        from confluent_kafka import TopicCollection
+
+        tid = admin.describe_topics(TopicCollection([topic]))[topic].result(30).topic_id
+        topic_id = ((tid.get_most_significant_bits() & (2**64 - 1)) << 64
+                    | (tid.get_least_significant_bits() & (2**64 - 1))).to_bytes(16, "big")
+
+        def leaders() -> tuple[int, dict[int, int], dict[int, int]]:
+            md = admin.list_topics(timeout=10)
+            state, offsets = md.topics.get(SHARE_STATE_TOPIC), md.topics.get("__consumer_offsets")
+            return (md.topics[topic].partitions[0].leader,
+                    {p: pm.leader for p, pm in (state.partitions.items() if state is not None else [])},
+                    {p: pm.leader for p, pm in (offsets.partitions.items() if offsets is not None else [])})
+
+        leader, state_leaders, group_leaders = wait_until(
+            lambda: (x := leaders()) and x[1] and all(v >= 0 for v in x[1].values()) and x, 60,
+            "__share_group_state led")
+        # the share state is kept by another node than the partition leader, and the group coordinator (whose
+        # __consumer_offsets may have one replica, made before every broker registered) survives the kill
+        group = next(g for g in (unique("sg") for _ in range(500))
+                     if state_leaders[partition_for(coordinator_key(g, topic_id, 0), len(state_leaders))] != leader
+                     and group_leaders[partition_for(g, len(group_leaders))] != leader)
+
+        c = consumer(bootstrap, group, explicit=True)
+        c.subscribe([topic])
+        try:
+            _warm_explicit(c, Warmup(producer, topic))
+            for i in range(3):
+                producer.produce(topic, b"x-%d" % i)
+            producer.flush(10)
+            done = _poll_until(c, lambda s: len(s) >= 3, 30)
+            assert sorted(m.value() for m in done) == [b"x-0", b"x-1", b"x-2"]
+            _drain(c, 1.0)  # the acknowledgements are on their way to the share coordinator
+        finally:
+            c.close()
+        for i in range(3):
+            producer.produce(topic, b"y-%d" % i)
+        producer.flush(10)
+        time.sleep(1.0)
+        cluster.kill(leader)
+        wait_until(lambda: leaders()[0] not in (-1, leader), 60, "a new partition leader")
+
+        c = consumer(bootstrap, group, explicit=True)
+        c.subscribe([topic])
+        try:
+            after = _poll_until(c, lambda s: len(s) >= 3, 60)
+            after += _drain(c, 1.5)
+            assert [m.value() for m in after] == [b"y-0", b"y-1", b"y-2"]
+        finally:
+            c.close()
+
+
+def test_share_state_apis_over_the_wire(kbroker_factory):
+    """The share coordinator's inter-broker APIs as another broker calls them: FindCoordinator key type 2 (which
+    creates __share_group_state), InitializeShareGroupState, WriteShareGroupState (batches overlay the state, an
+    older leader epoch is fenced), ReadShareGroupState, ReadShareGroupStateSummary, DeleteShareGroupState."""
+    from kbroker.cli._wire import WireClient
+    from kbroker.coordinator.share.service import coordinator_key
+    from kbroker.protocol import messages as m
+    from kbroker.testing.cluster import wait_until
+
+    broker = kbroker_factory({})
+    tid = uuid.uuid4().bytes
+    with WireClient(broker.bootstrap) as wire:
+        key = coordinator_key("g", tid, 0)
+        found = wait_until(lambda: (r := wire.send(m.FindCoordinatorRequest(key_type=2, coordinator_keys=[key]), 6))
+                           .coordinators[0].error_code == 0 and r, 30, "the share coordinator").coordinators[0]
+        assert found.node_id == 1
+
+        def one(resp):  # noqa: ANN001, ANN202
+            return resp.results[0].partitions[0]
+
+        init = m.InitializeShareGroupStateRequest(group_id="g", topics=[m.InitializeShareGroupStateRequest.InitializeStateData(
+            topic_id=tid, partitions=[m.InitializeShareGroupStateRequest.PartitionData(partition=0, state_epoch=1,
+                                                                                       start_offset=5)])])
+        wait_until(lambda: one(wire.send(init)).error_code == 0, 30, "InitializeShareGroupState")
+        W = m.WriteShareGroupStateRequest
+
+        def write(leader_epoch: int, start: int, batches) -> int:  # noqa: ANN001
+            return one(wire.send(W(group_id="g", topics=[W.WriteStateData(topic_id=tid, partitions=[W.PartitionData(
+                partition=0, state_epoch=1, leader_epoch=leader_epoch, start_offset=start,
+                state_batches=[W.StateBatch(first_offset=f, last_offset=la, delivery_state=st, delivery_count=c)
+                               for f, la, st, c in batches])])]))).error_code
+
+        assert write(3, 5, [(5, 9, 0, 1)]) == 0
+        assert write(3, 7, [(8, 8, 2, 1)]) == 0
+        assert write(2, 7, []) == 74  # FENCED_LEADER_EPOCH: a write from an older leader
+        R = m.ReadShareGroupStateRequest
+        read = one(wire.send(R(group_id="g", topics=[R.ReadStateData(topic_id=tid, partitions=[
+            R.PartitionData(partition=0, leader_epoch=3)])])))
+        assert (read.error_code, read.state_epoch, read.start_offset) == (0, 1, 7)
+        assert [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in read.state_batches] == [
+            (7, 7, 0, 1), (8, 8, 2, 1), (9, 9, 0, 1)]
+        S = m.ReadShareGroupStateSummaryRequest
+        summary = one(wire.send(S(group_id="g", topics=[S.ReadStateSummaryData(topic_id=tid, partitions=[
+            S.PartitionData(partition=0)])])))
+        assert (summary.error_code, summary.start_offset, summary.leader_epoch, summary.delivery_complete_count) \
+            == (0, 7, 3, 1)
+        D = m.DeleteShareGroupStateRequest
+        assert one(wire.send(D(group_id="g", topics=[D.DeleteStateData(topic_id=tid, partitions=[
+            D.PartitionData(partition=0)])]))).error_code == 0
+        gone = one(wire.send(R(group_id="g", topics=[R.ReadStateData(topic_id=tid, partitions=[
+            R.PartitionData(partition=0)])])))
+        assert gone.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION: no state

@@ -85,12 +85,13 @@ class Broker:
         self.group_coordinator = GroupCoordinator.for_broker(self)
         from kbroker.coordinator.share.service import ShareCoordinator
         from kbroker.server.share.manager import SharePartitionManager
-        from kbroker.server.share.persister import LocalSharePersister
+        from kbroker.server.share.persister import SharePersister
 
         #: durable share-partition state in __share_group_state (KIP-932 share coordinator)
         self.share_coordinator = ShareCoordinator.for_broker(self)
         #: share partitions and share sessions of share groups (KIP-932); members leaving release their records
-        self.share_partitions = SharePartitionManager.for_broker(self, LocalSharePersister(self.share_coordinator))
+        self.share_persister = SharePersister(self.share_coordinator, self)
+        self.share_partitions = SharePartitionManager.for_broker(self, self.share_persister)
         self.group_coordinator.share_member_removed_hook = self.share_partitions.release_member
         self.group_coordinator.share_group_deleted_hook = self._share_group_deleted
         #: markers for partitions led by other brokers (a cluster only)
@@ -528,6 +529,7 @@ class Broker:
             self.transaction_coordinator.shutdown()
             self.share_coordinator.shutdown()
             self.group_coordinator.shutdown()
+        await self.share_persister.close()
         if self.remote_markers is not None:
             await self.remote_markers.close()
         if self.txn_verifier is not None:

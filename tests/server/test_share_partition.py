@@ -165,7 +165,7 @@ def test_share_coordinator_shard_replays_snapshots_updates_and_tombstones():
     got = shard.read_state(key)
     assert got.start_offset == 12 and got.leader_epoch == 2
     assert [(b.first_offset, b.last_offset, b.delivery_state) for b in got.state_batches] == [
-        (10, 13, 0), (14, 15, 2), (16, 19, 0)]
+        (12, 13, 0), (14, 15, 2), (16, 19, 0)]  # below the new start offset: gone
     for r in shard.delete_state(key).records:
         shard.replay(2, -1, -1, r)
     assert shard.read_state(key) is None

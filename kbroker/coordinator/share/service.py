@@ -181,6 +181,28 @@ class ShareCoordinator:
         k: StateKey = (group_id, topic_id, partition)
         self.runtime.write(self.partition_for(*k), lambda shard: shard.write_state(k, value))
 
+    def initialize_state(self, group_id: str, topic_id: bytes, partition: int, state_epoch: int,
+                         start_offset: int) -> int:
+        k: StateKey = (group_id, topic_id, partition)
+        code = self.runtime.write(self.partition_for(*k), lambda shard: shard.initialize_state(
+            k, state_epoch, start_offset, self.scheduler.now_ms()))
+        return ErrorCode.NONE if code is None else code
+
+    def write_update(self, group_id: str, topic_id: bytes, partition: int, state_epoch: int, leader_epoch: int,
+                     start_offset: int, batches: list[tuple[int, int, int, int]]) -> int:
+        """WriteShareGroupState (see ``ShareCoordinatorShard.write_update``); the error code."""
+        k: StateKey = (group_id, topic_id, partition)
+        code = self.runtime.write(self.partition_for(*k), lambda shard: shard.write_update(
+            k, state_epoch, leader_epoch, start_offset, batches, self.scheduler.now_ms()))
+        return ErrorCode.NONE if code is None else code
+
+    async def replicated(self, group_id: str, topic_id: bytes, partition: int, timeout_ms: int = 5000) -> int:
+        """After a write: until the in-sync replicas of the state's partition hold it (NONE, NOT_COORDINATOR,
+        COORDINATOR_NOT_AVAILABLE)."""
+        from kbroker.coordinator.group.service import _replicated
+
+        return await _replicated(self.writer, self.partition_for(group_id, topic_id, partition), timeout_ms)
+
     def delete_state(self, group_id: str, topic_id: bytes, partition: int) -> None:
         k: StateKey = (group_id, topic_id, partition)
         self.runtime.write(self.partition_for(*k), lambda shard: shard.delete_state(k))

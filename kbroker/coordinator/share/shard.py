@@ -13,6 +13,7 @@ from typing import Any
 
 from kbroker.coordinator.runtime import CoordinatorRecord, CoordinatorResult
 from kbroker.protocol import coordinator_records as cr
+from kbroker.protocol.errors import ErrorCode
 
 #: (group id, topic id, partition)
 StateKey = tuple[str, bytes, int]
@@ -44,7 +45,9 @@ class ShareCoordinatorShard:
         if snap is None:
             return  # an update without a snapshot before it: nothing to apply it to
         start = update.start_offset if update.start_offset >= 0 else snap.start_offset
-        batches = [b for b in snap.state_batches if b.last_offset >= start]
+        batches = [cr.ShareSnapshotValue.StateBatch(max(b.first_offset, start), b.last_offset, b.delivery_state,
+                                                    b.delivery_count)
+                   for b in snap.state_batches if b.last_offset >= start]  # what lies below the start is gone
         for ub in update.state_batches:
             kept = []
             for b in batches:
@@ -81,6 +84,49 @@ class ShareCoordinatorShard:
         return CoordinatorResult([CoordinatorRecord(cr.ShareSnapshotKey(group_id=k[0], topic_id=k[1],
                                                                         partition=k[2]),
                                                     value, SNAPSHOT_VALUE_VERSION)])
+
+    def initialize_state(self, k: StateKey, state_epoch: int, start_offset: int,
+                         now_ms: int) -> CoordinatorResult[int]:
+        """InitializeShareGroupState: a fresh state (nothing in flight) at ``start_offset`` (-1: the leader
+        decides on first use). FENCED_STATE_EPOCH for an epoch below the current one."""
+        old = self.states.get(k)
+        if old is not None and state_epoch < old.state_epoch:
+            return CoordinatorResult(response=ErrorCode.FENCED_STATE_EPOCH)
+        value = cr.ShareSnapshotValue(state_epoch=state_epoch, leader_epoch=-1, start_offset=start_offset,
+                                      write_timestamp=now_ms)
+        result = self.write_state(k, value)
+        result.response = ErrorCode.NONE
+        return result
+
+    def write_update(self, k: StateKey, state_epoch: int, leader_epoch: int, start_offset: int,
+                     batches: list[tuple[int, int, int, int]], now_ms: int) -> CoordinatorResult[int]:
+        """WriteShareGroupState: ``batches`` replace the offsets they cover, ``start_offset`` (-1: unchanged)
+        moves the start; FENCED_LEADER_EPOCH / FENCED_STATE_EPOCH for epochs below the stored ones. A state
+        that does not exist yet is created."""
+        old = self.states.get(k)
+        if old is not None:
+            if leader_epoch < old.leader_epoch:
+                return CoordinatorResult(response=ErrorCode.FENCED_LEADER_EPOCH)
+            if state_epoch < old.state_epoch:
+                return CoordinatorResult(response=ErrorCode.FENCED_STATE_EPOCH)
+        base = old if old is not None else cr.ShareSnapshotValue(start_offset=max(start_offset, 0))
+        merged = cr.ShareSnapshotValue(
+            state_epoch=max(state_epoch, base.state_epoch), leader_epoch=base.leader_epoch,
+            start_offset=base.start_offset, write_timestamp=now_ms,
+            state_batches=[cr.ShareSnapshotValue.StateBatch(b.first_offset, b.last_offset, b.delivery_state,
+                                                            b.delivery_count) for b in base.state_batches])
+        update = cr.ShareUpdateValue(leader_epoch=leader_epoch, start_offset=start_offset, state_batches=[
+            cr.ShareUpdateValue.StateBatch(first_offset=f, last_offset=la, delivery_state=st, delivery_count=c)
+            for f, la, st, c in batches])
+        tmp = {k: merged}
+        saved, self.states = self.states, tmp
+        try:
+            self._merge_update(k, update)
+        finally:
+            self.states = saved
+        result = self.write_state(k, tmp[k])
+        result.response = ErrorCode.NONE
+        return result
 
     def delete_state(self, k: StateKey) -> CoordinatorResult[None]:
         if k not in self.states:

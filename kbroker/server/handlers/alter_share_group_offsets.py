@@ -44,7 +44,7 @@ async def handle(ctx, request: AlterShareGroupOffsetsRequest) -> AlterShareGroup
     if broker.authorizer is not None:
         denied = set(names) - common.authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, names)
     if request.topics and not sc.topic_exists():
-        sc.ensure_topic()
+        broker.share_persister.ensure_topic()
     resp = Resp()
     now = int(time.time() * 1000)
     for rt in request.topics:

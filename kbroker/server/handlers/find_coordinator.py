@@ -9,7 +9,9 @@ Behavior:
   (clients retry) until the topic is committed; also while the partition has no live leader;
 * key type 1 (transaction): the same for ``__transaction_state`` (``transaction.state.log.num.partitions``
   partitions, compacted) and the transactional id;
-* other key types (2 = share groups, not served): INVALID_REQUEST;
+* key type 2 (share, KIP-932): the same for ``__share_group_state`` and a share partition's key
+  ``group:topicId:partition`` (brokers find the share coordinator; needs CLUSTER_ACTION);
+* other key types: INVALID_REQUEST;
 Version notes:
 * v1: KeyType, ErrorMessage; v3: flexible; v4+: batched ``CoordinatorKeys`` answered per key.
 """
@@ -29,6 +31,7 @@ VERSIONS = range(0, 7)
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
+KEY_TYPE_SHARE = 2
 
 
 def _find(ctx, key_type: int, key: str) -> tuple[int, int, str, int]:
@@ -41,10 +44,14 @@ def _find(ctx, key_type: int, key: str) -> tuple[int, int, str, int]:
         if key_type == KEY_TYPE_TRANSACTION and not common.authorize(ctx, AclOperation.DESCRIBE,
                                                                      ResourceType.TRANSACTIONAL_ID, key):
             return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1
+        if key_type == KEY_TYPE_SHARE and not common.cluster_authorized(ctx, AclOperation.CLUSTER_ACTION):
+            return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, -1, "", -1
     if key_type == KEY_TYPE_GROUP:
         coordinator = broker.group_coordinator
     elif key_type == KEY_TYPE_TRANSACTION:
         coordinator = broker.transaction_coordinator
+    elif key_type == KEY_TYPE_SHARE:
+        coordinator = broker.share_coordinator
     else:
         return ErrorCode.INVALID_REQUEST, -1, "", -1
     name, partitions, replication, configs = coordinator.internal_topic_spec()

@@ -22,12 +22,15 @@ State is in memory only: a broker restart or a leader change starts the share pa
 
 from __future__ import annotations
 
+import logging
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.server.share.share_partition import AcquiredRange, BatchInfo, SharePartition, ShareSettings
+
+log = logging.getLogger(__name__)
 
 #: Kafka's defaults of the broker keys read here
 BROKER_DEFAULTS: dict[str, int] = {
@@ -178,7 +181,7 @@ class SharePartitionManager:
             sp.dirty = False
             if self.persister is not None:
                 start, batches = sp.snapshot()
-                self.persister.save(key[0], key[1], key[2], start, batches)
+                self.persister.save(key[0], key[1], key[2], start, batches, sp.leader_epoch)
 
     def forget(self, group_id: str, topic_id: bytes, partition: int | None = None) -> None:
         """Drop the in-memory share partitions of ``group_id`` on this topic (one partition, or all): their state
@@ -212,11 +215,16 @@ class SharePartitionManager:
         key = (group_id, topic_id, partition)
         sp = self.partitions.get(key)
         settings = self._settings_for(group_id)
-        if sp is None:
+        if sp is None or sp.leader_epoch != getattr(part, "leader_epoch", 0):
+            # new here, or this node became leader again: the persisted state is the truth
             sp = SharePartition(settings)
+            sp.leader_epoch = getattr(part, "leader_epoch", 0)
             state = self.persister.load(group_id, topic_id, partition) if self.persister is not None else None
             if state is not None:
                 sp.load(*state)
+            log.info("share partition %s-%d of group %s starts at leader epoch %d from %s", topic, partition,
+                     group_id, sp.leader_epoch, f"its state (start offset {sp.start_offset})" if state is not None
+                     else "share.auto.offset.reset")
             self.partitions[key] = sp
         else:
             sp.settings = settings

@@ -89,6 +89,8 @@ class SharePartition:
         self._records: dict[int, _InFlight] = {}
         #: a state change not yet persisted (acknowledgement, release, expiry, start offset move)
         self.dirty = False
+        #: the leader epoch of the partition when this state was loaded (written with the state: fencing)
+        self.leader_epoch = 0
 
     # ---- life cycle
     @property
