@@ -10,9 +10,9 @@
   coordinator key, topic id in Kafka's base64 form).
 * Follows the metadata image like the other coordinators: partitions led here are loaded, others unloaded.
 
-Only the local path exists: the broker's share partitions read and write their state here when this node leads
-the state's ``__share_group_state`` partition (always on a single node). The inter-broker APIs
-(Read/Write/Initialize/DeleteShareGroupState) are not served yet.
+Callers: the broker's share partitions (in-process when this node leads the state's partition, else through the
+inter-broker APIs Initialize/Read/Write/DeleteShareGroupState and ReadShareGroupStateSummary that other brokers
+send here), and the share-group offset APIs.
 """
 
 from __future__ import annotations
