@@ -700,3 +700,43 @@ def test_share_state_apis_over_the_wire(kbroker_factory):
         gone = one(wire.send(R(group_id="g", topics=[R.ReadStateData(topic_id=tid, partitions=[
             R.PartitionData(partition=0)])])))
         assert gone.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION: no state
+
+
+def test_java_admin_share_group_offsets(kbroker_factory, share_driver):
+    """The Java Admin client's listShareGroupOffsets, alterShareGroupOffsets and deleteShareGroupOffsets on an
+    empty share group: the start offset and lag, a reset to offset 2 that a consumer then reads from, and the
+    deletion; altering a group with members is refused."""
+    broker, topic, group, producer = _one_consumer_setup({}, kbroker_factory)
+    for i in range(4):
+        producer.produce(topic, b"a-%d" % i)
+    producer.flush(5)
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        _warm_explicit(c, Warmup(producer, topic))
+        producer.produce(topic, b"later")
+        producer.flush(5)
+        _poll_until(c, lambda s: any(m.value() == b"later" for m in s), 20, lambda m: AcknowledgeType.RELEASE)
+        refused = subprocess.run(share_driver + ["alter", "--bootstrap", broker.bootstrap, "--group", group,
+                                                 "--topic", topic, "--partition", "0", "--offset", "0"],
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1 and "GroupNotEmptyException" in refused.stdout, refused.stdout
+    finally:
+        c.close()  # the released "later" record stays Available: one record of lag
+    listed = java_admin(share_driver, "offsets", "--bootstrap", broker.bootstrap, "--group", group)
+    [(name, info)] = listed["offsets"].items()
+    assert name == f"{topic}-0" and info["start"] >= 5 and info["lag"] == 1
+    assert java_admin(share_driver, "alter", "--bootstrap", broker.bootstrap, "--group", group, "--topic", topic,
+                      "--partition", "0", "--offset", "2")["event"] == "altered"
+    assert java_admin(share_driver, "offsets", "--bootstrap", broker.bootstrap,
+                      "--group", group)["offsets"][f"{topic}-0"]["start"] == 2
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        got = _poll_until(c, lambda s: {b"a-2", b"a-3"} <= {m.value() for m in s}, 30)
+        assert min(m.offset() for m in got) == 2 and b"a-0" not in {m.value() for m in got}
+    finally:
+        c.close()
+    assert java_admin(share_driver, "delete-offsets", "--bootstrap", broker.bootstrap, "--group", group,
+                      "--topic", topic)["event"] == "deleted-offsets"
+    assert java_admin(share_driver, "offsets", "--bootstrap", broker.bootstrap, "--group", group)["offsets"] == {}

@@ -15,6 +15,11 @@
 //   describe --bootstrap B --group G   -> {"event":"group","state":S,"epoch":E,"members":[{"id","epoch",
 //                                          "client_id","partitions":["topic-p",...]}]}
 //   list --bootstrap B                 -> {"event":"groups","groups":[{"id","state","type"}]}
+//   offsets --bootstrap B --group G    -> {"event":"offsets","offsets":{"topic-p":{"start":S,"lag":L}}}
+//                                         (listShareGroupOffsets; lag -1 when not given)
+//   alter --bootstrap B --group G --topic T --partition P --offset O
+//                                      -> {"event":"altered"} (alterShareGroupOffsets)
+//   delete-offsets --bootstrap B --group G --topic T -> {"event":"deleted-offsets"} (deleteShareGroupOffsets)
 // Errors print {"event":"error","error_class":...,"message":...} and exit 1.
 
 import java.nio.charset.StandardCharsets;
@@ -32,6 +37,8 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.GroupListing;
 import org.apache.kafka.clients.admin.ListGroupsOptions;
+import org.apache.kafka.clients.admin.ListShareGroupOffsetsSpec;
+import org.apache.kafka.clients.admin.SharePartitionOffsetInfo;
 import org.apache.kafka.clients.admin.ShareGroupDescription;
 import org.apache.kafka.clients.admin.ShareMemberDescription;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
@@ -57,6 +64,9 @@ public class ShareDriver {
                 case "consume": consume(opts); break;
                 case "describe": describe(opts); break;
                 case "list": list(opts); break;
+                case "offsets": offsets(opts); break;
+                case "alter": alter(opts); break;
+                case "delete-offsets": deleteOffsets(opts); break;
                 default:
                     System.err.println("unknown command " + argv[0]);
                     System.exit(2);
@@ -198,6 +208,41 @@ public class ShareDriver {
                     .append(q(g.type().map(Object::toString).orElse(""))).append('}');
             }
             emit("{\"event\":\"groups\",\"groups\":" + out.append(']') + "}");
+        }
+    }
+
+    static void offsets(Map<String, String> opts) throws Exception {
+        try (Admin a = admin(opts)) {
+            String group = opts.get("group");
+            Map<TopicPartition, SharePartitionOffsetInfo> got = a.listShareGroupOffsets(
+                Collections.singletonMap(group, new ListShareGroupOffsetsSpec())).partitionsToOffsetInfo(group).get();
+            StringBuilder out = new StringBuilder("{");
+            for (Map.Entry<TopicPartition, SharePartitionOffsetInfo> e : got.entrySet()) {
+                if (out.length() > 1) {
+                    out.append(',');
+                }
+                SharePartitionOffsetInfo info = e.getValue();
+                out.append(q(e.getKey().topic() + "-" + e.getKey().partition())).append(":{\"start\":")
+                    .append(info == null ? -1 : info.startOffset()).append(",\"lag\":")
+                    .append(info == null ? -1 : info.lag().orElse(-1L)).append('}');
+            }
+            emit("{\"event\":\"offsets\",\"offsets\":" + out.append('}') + "}");
+        }
+    }
+
+    static void alter(Map<String, String> opts) throws Exception {
+        try (Admin a = admin(opts)) {
+            TopicPartition tp = new TopicPartition(opts.get("topic"), Integer.parseInt(opts.get("partition")));
+            a.alterShareGroupOffsets(opts.get("group"),
+                Collections.singletonMap(tp, Long.parseLong(opts.get("offset")))).all().get();
+            emit("{\"event\":\"altered\"}");
+        }
+    }
+
+    static void deleteOffsets(Map<String, String> opts) throws Exception {
+        try (Admin a = admin(opts)) {
+            a.deleteShareGroupOffsets(opts.get("group"), Collections.singleton(opts.get("topic"))).all().get();
+            emit("{\"event\":\"deleted-offsets\"}");
         }
     }
 }
