@@ -295,15 +295,6 @@ class SharePartitionManager:
         return b"".join(chunk for base, (last, chunk) in sorted(seen.items())
                         if any(last >= r.first_offset and base <= r.last_offset for r in ranges))
 
-    def has_available(self, group_id: str, keys: list[tuple[bytes, str, int]], now_ms: int) -> bool:
-        """Whether a released or expired record of these partitions waits to be acquired."""
-        for topic_id, _, partition in keys:
-            sp = self.partitions.get((group_id, topic_id, partition))
-            if sp is not None and sp.initialized and sp.has_available(now_ms):
-                self._persist((group_id, topic_id, partition), sp)
-                return True
-        return False
-
     def log_partitions(self, keys: list[tuple[bytes, str, int]]) -> list[Any]:
         out = []
         for _, topic, partition in keys:
