@@ -170,3 +170,19 @@ def test_share_coordinator_shard_replays_snapshots_updates_and_tombstones():
         shard.replay(2, -1, -1, r)
     assert shard.read_state(key) is None
     assert coordinator_key("g", b"\x00" * 16, 1) == "g:AAAAAAAAAAAAAAAAAAAAAA:1"
+
+
+def test_share_settings_from_group_configs_then_broker_keys():
+    from types import SimpleNamespace
+
+    from kbroker.server.share.manager import share_settings
+
+    broker = SimpleNamespace(config=SimpleNamespace(props={"group.share.record.lock.duration.ms": "15000",
+                                                           "group.share.delivery.count.limit": "3"}))
+    assert share_settings(broker, "g") == ShareSettings(record_lock_duration_ms=15000, delivery_count_limit=3)
+    broker.group_configs = lambda gid: {"share.auto.offset.reset": "EARLIEST", "share.isolation.level":
+                                        "read_committed", "share.record.lock.duration.ms": "20000"} if gid == "g" else {}
+    got = share_settings(broker, "g")
+    assert (got.auto_offset_reset, got.read_committed, got.record_lock_duration_ms, got.delivery_count_limit) == (
+        "earliest", True, 20000, 3)
+    assert share_settings(broker, "other") == ShareSettings(record_lock_duration_ms=15000, delivery_count_limit=3)
