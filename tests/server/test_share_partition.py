@@ -186,3 +186,43 @@ def test_share_settings_from_group_configs_then_broker_keys():
     assert (got.auto_offset_reset, got.read_committed, got.record_lock_duration_ms, got.delivery_count_limit) == (
         "earliest", True, 20000, 3)
     assert share_settings(broker, "other") == ShareSettings(record_lock_duration_ms=15000, delivery_count_limit=3)
+
+
+@pytest.mark.parametrize("read_committed", [False, True])
+def test_manager_skips_markers_and_under_read_committed_aborted_batches(tmp_path, read_committed):
+    """A real partition log: an aborted transaction (0) and its marker (1), a committed one (2) and its marker
+    (3), a plain batch (4). Markers are never delivered; the aborted record only under read_uncommitted."""
+    from types import SimpleNamespace
+
+    from kbroker.protocol.records import ControlType, build_batch, build_control_batch, iter_batches
+    from kbroker.storage.config import LogConfig
+    from kbroker.storage.log_manager import LogManager
+
+    now = 1_700_000_000_000
+    lm = LogManager([tmp_path / "d"], LogConfig())
+    plog = lm.get_or_create_log("t", 0, bytes(range(16)), LogConfig())
+    pid = 7
+    for data in (build_batch([(b"k", b"aborted", None, now)], base_offset=0, producer_id=pid, producer_epoch=0,
+                             base_sequence=0, is_transactional=True, partition_leader_epoch=0),
+                 build_control_batch(ControlType.ABORT, pid, 0, 0, now, base_offset=1, partition_leader_epoch=0),
+                 build_batch([(b"k", b"committed", None, now)], base_offset=2, producer_id=pid, producer_epoch=0,
+                             base_sequence=1, is_transactional=True, partition_leader_epoch=0),
+                 build_control_batch(ControlType.COMMIT, pid, 0, 0, now, base_offset=3, partition_leader_epoch=0),
+                 build_batch([(b"k", b"plain", None, now)], base_offset=4, partition_leader_epoch=0)):
+        plog.append_as_follower(data, now)
+    plog.high_watermark = plog.log_end_offset
+    part = SimpleNamespace(is_leader=True, log=plog, log_start_offset=0, high_watermark=5, last_stable_offset=5,
+                           leader_epoch=0)
+    settings = ShareSettings(auto_offset_reset="earliest", read_committed=read_committed)
+    mgr = SharePartitionManager(lambda t, p: part, lambda g: settings)
+    fetched = mgr.fetch("g", "m", b"\x01" * 16, "t", 0, now, 100, 1 << 20)
+    acquired = [o for r in fetched.ranges for o in range(r.first_offset, r.last_offset + 1)]
+    assert acquired == ([2, 4] if read_committed else [0, 2, 4])
+    returned = [b.base_offset for b in iter_batches(fetched.records)]
+    assert set(acquired) <= set(returned)  # the batches holding the acquired records are in the answer
+    sp = mgr.partitions[("g", b"\x01" * 16, 0)]
+    if read_committed:  # 0 and 1 archived: the start offset moved past them
+        assert sp.start_offset == 2 and sp.state_of(3) is RecordState.ARCHIVED
+    else:
+        assert sp.start_offset == 0 and sp.state_of(1) is sp.state_of(3) is RecordState.ARCHIVED
+    lm.shutdown()
