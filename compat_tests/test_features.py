@@ -87,7 +87,8 @@ def test_java_admin_describes_and_updates_features(kbroker_factory, java_driver)
     b = kbroker_factory().bootstrap
     run = java_driver.run
     before = java_driver.one(run(["admin", "describe-features", "--bootstrap", b]), "features")
-    assert before["finalized"] == {"group.version": 1, "metadata.version": 30, "transaction.version": 2}
+    assert before["finalized"] == {"group.version": 1, "metadata.version": 30, "transaction.version": 2,
+                                   "share.version": 1}
     assert before["supported"]["metadata.version"] == [7, 30] and before["supported"]["group.version"] == [0, 1]
     res = java_driver.one(run(["admin", "update-features", "--bootstrap", b, "--feature", "group.version=0",
                                "--type", "safe", "--validate-only", "true"]), "updated-features")
@@ -100,7 +101,7 @@ def test_java_admin_describes_and_updates_features(kbroker_factory, java_driver)
                                "--type", "safe"]), "updated-features")
     assert res["results"] == {"group.version": {"error_class": None}}
     after = java_driver.one(run(["admin", "describe-features", "--bootstrap", b]), "features")
-    assert after["finalized"] == {"metadata.version": 30, "transaction.version": 2}
+    assert after["finalized"] == {"metadata.version": 30, "transaction.version": 2, "share.version": 1}
     assert after["epoch"] > before["epoch"]
 
 
@@ -119,14 +120,15 @@ def test_features_updated_through_a_standby_reach_every_node(tmp_path):
             return finalized_by_api_versions(cluster.host, cluster.nodes[node].port)[0]
 
         wait_every_node(cluster.broker_ids, finalized,
-                        {"metadata.version": 30, "group.version": 1, "transaction.version": 2})
+                        {"metadata.version": 30, "group.version": 1, "transaction.version": 2, "share.version": 1})
         assert features(bootstrap, "downgrade", "--feature", "group.version=0").stdout.strip() == \
             "group.version was downgraded to 0."
-        wait_every_node(cluster.broker_ids, finalized, {"metadata.version": 30, "transaction.version": 2})
+        wait_every_node(cluster.broker_ids, finalized,
+                        {"metadata.version": 30, "transaction.version": 2, "share.version": 1})
         assert features(bootstrap, "upgrade", "--feature", "group.version=1").stdout.strip() == \
             "group.version was upgraded to 1."
         wait_every_node(cluster.broker_ids, finalized,
-                        {"metadata.version": 30, "group.version": 1, "transaction.version": 2})
+                        {"metadata.version": 30, "group.version": 1, "transaction.version": 2, "share.version": 1})
         epochs = {i: finalized_by_api_versions(cluster.host, cluster.nodes[i].port)[1] for i in cluster.broker_ids}
         assert all(e > 0 for e in epochs.values()), epochs
         proc = features(bootstrap, "upgrade", "--feature", "transaction.version=9", ok=False)

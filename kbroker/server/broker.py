@@ -93,6 +93,17 @@ class Broker:
         #: client instances and their pushed metrics (KIP-714: GetTelemetrySubscriptions, PushTelemetry)
         self.client_telemetry = ClientTelemetry(self.controller)
         self.group_coordinator = GroupCoordinator.for_broker(self)
+        from kbroker.coordinator.share.service import ShareCoordinator
+        from kbroker.server.share.manager import SharePartitionManager
+        from kbroker.server.share.persister import SharePersister
+
+        #: durable share-partition state in __share_group_state (KIP-932 share coordinator)
+        self.share_coordinator = ShareCoordinator.for_broker(self)
+        #: share partitions and share sessions of share groups (KIP-932); members leaving release their records
+        self.share_persister = SharePersister(self.share_coordinator, self)
+        self.share_partitions = SharePartitionManager.for_broker(self, self.share_persister)
+        self.group_coordinator.share_member_removed_hook = self.share_partitions.release_member
+        self.group_coordinator.share_group_deleted_hook = self._share_group_deleted
         #: markers for partitions led by other brokers (a cluster only)
         self.remote_markers: Any = None
         #: transaction verification with a coordinator on another broker (a cluster only, KIP-890)
@@ -159,6 +170,13 @@ class Broker:
         from kbroker.storage.config import LogConfig
 
         return LogConfig.from_props(self.topic_defaults())
+
+    def group_configs(self, group_id: str) -> dict[str, str]:
+        """The dynamic configs of group ``group_id`` (ConfigResource GROUP, as set by IncrementalAlterConfigs):
+        only what the group overrides; the share partitions fall back to the broker's ``group.share.*``."""
+        from kbroker.controller.group_configs import GROUP_RESOURCE
+
+        return dict(self.controller.image.configs.get((GROUP_RESOURCE, group_id), {}))
 
     def topic_configs(self, topic: str, image: MetadataImage | None = None) -> dict[str, str]:
         """Effective topic configs: broker-derived defaults overlaid with the topic's own ConfigRecords."""
@@ -307,6 +325,10 @@ class Broker:
 
         self.controller.add_listener(on_update)
 
+    def _share_group_deleted(self, group_id: str) -> None:
+        """DeleteGroups removed a share group: its share state goes too (after the group's records are written)."""
+        asyncio.get_running_loop().call_soon(self.share_partitions.forget_group, group_id)
+
     def _start_partitions(self) -> None:
         """Host the partitions the image assigns to this broker, and the coordinators on them."""
         self.replica_manager.apply_image(self.controller.image)
@@ -316,6 +338,7 @@ class Broker:
         self.controller.add_listener(self.replication_quotas.on_metadata_update)  # the throttles (KIP-73)
         self.group_coordinator.startup()  # loads __consumer_offsets partitions; follows metadata changes
         self.transaction_coordinator.startup()  # loads __transaction_state; finishes prepared transactions
+        self.share_coordinator.startup()  # loads __share_group_state (share partitions' durable state)
 
     def _start_replication(self) -> None:
         """Followers fetch from their leaders; leaders send ISR changes to the active controller (a cluster)."""
@@ -522,7 +545,9 @@ class Broker:
         self.log_dir_mover.stop()
         if self.is_broker:
             self.transaction_coordinator.shutdown()
+            self.share_coordinator.shutdown()
             self.group_coordinator.shutdown()
+        await self.share_persister.close()
         if self.remote_markers is not None:
             await self.remote_markers.close()
         if self.txn_verifier is not None:

@@ -276,6 +276,11 @@ class KafkaConnection(asyncio.Protocol):
             if not self._paused_reading and not self._closed:
                 transport.resume_reading()
 
+    @property
+    def closed(self) -> bool:
+        """The connection is gone (closed by either side)."""
+        return self._closed
+
     # ---- processing ----
     def close(self) -> None:
         """Close the connection on the broker's initiative: frames still queued are not handled."""

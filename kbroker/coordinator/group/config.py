@@ -30,6 +30,9 @@ DEFAULTS: dict[str, int] = {
     "group.consumer.max.session.timeout.ms": 60000,
     "group.consumer.min.heartbeat.interval.ms": 5000,
     "group.consumer.max.heartbeat.interval.ms": 15000,
+    "group.share.heartbeat.interval.ms": 5000,
+    "group.share.session.timeout.ms": 45000,
+    "group.share.max.size": 200,
 }
 
 #: ``group.consumer.migration.policy`` values (KIP-848 online upgrade / downgrade); Kafka's default first.
@@ -54,6 +57,9 @@ class GroupCoordinatorConfig:
     consumer_group_heartbeat_interval_ms: int = DEFAULTS["group.consumer.heartbeat.interval.ms"]
     consumer_group_session_timeout_ms: int = DEFAULTS["group.consumer.session.timeout.ms"]
     consumer_group_max_size: int = DEFAULTS["group.consumer.max.size"]
+    share_group_heartbeat_interval_ms: int = DEFAULTS["group.share.heartbeat.interval.ms"]
+    share_group_session_timeout_ms: int = DEFAULTS["group.share.session.timeout.ms"]
+    share_group_max_size: int = DEFAULTS["group.share.max.size"]
     #: server-side assignor names; the first is used when members name none
     consumer_group_assignors: tuple[str, ...] = DEFAULT_CONSUMER_ASSIGNORS
     #: ``group.consumer.migration.policy``: one of :data:`MIGRATION_POLICIES`
@@ -94,6 +100,9 @@ class GroupCoordinatorConfig:
             consumer_group_heartbeat_interval_ms=get("group.consumer.heartbeat.interval.ms"),
             consumer_group_session_timeout_ms=get("group.consumer.session.timeout.ms"),
             consumer_group_max_size=get("group.consumer.max.size"),
+            share_group_heartbeat_interval_ms=get("group.share.heartbeat.interval.ms"),
+            share_group_session_timeout_ms=get("group.share.session.timeout.ms"),
+            share_group_max_size=get("group.share.max.size"),
             consumer_group_assignors=parse_assignors(assignors) if assignors else DEFAULT_CONSUMER_ASSIGNORS,
             consumer_group_migration_policy=policy if policy in MIGRATION_POLICIES else MIGRATION_POLICIES[0],
             props=props,

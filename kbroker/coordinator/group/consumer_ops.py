@@ -260,6 +260,8 @@ class ConsumerGroupOps:
         records: list[CoordinatorRecord] = []
         upgraded = False
         group = self.consumer_groups.get(group_id)
+        if group is None and group_id in getattr(self, "share_groups", {}):
+            raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         if group is None:
             classic = self.groups.get(group_id)  # type: ignore[attr-defined]
             converted = None
@@ -597,7 +599,8 @@ class ConsumerGroupOps:
                                 authorized_operations: int) -> Described.DescribedGroup:
         group = self.consumer_groups.get(group_id)
         if group is None:
-            message = (f"Group {group_id} is not a consumer group." if group_id in self.groups  # type: ignore[attr-defined]
+            message = (f"Group {group_id} is not a consumer group."
+                       if group_id in self.groups or group_id in getattr(self, "share_groups", {})  # type: ignore[attr-defined]
                        else f"Group {group_id} not found.")
             return Described.DescribedGroup(error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=message,
                                             group_id=group_id)

@@ -21,8 +21,8 @@ OFFSET_COMMIT_VALUE_VERSION = 4
 OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
 GROUP_METADATA_VALUE_VERSION = 3
 
-#: Record types of ``__consumer_offsets`` known here (protocol guide §5.2). Consumer group (KIP-848) records
-#: are decoded but not yet replayed; share and streams group records are skipped as unknown.
+#: Record types of ``__consumer_offsets`` known here (protocol guide §5.2): classic, consumer (KIP-848) and share
+#: (KIP-932) group records; streams group records are skipped as unknown.
 GROUP_COORDINATOR_RECORD_CLASSES = (
     cr.LegacyOffsetCommitKey, cr.LegacyOffsetCommitValue,
     cr.OffsetCommitKey, cr.OffsetCommitValue,
@@ -34,6 +34,12 @@ GROUP_COORDINATOR_RECORD_CLASSES = (
     cr.ConsumerGroupTargetAssignmentMemberKey, cr.ConsumerGroupTargetAssignmentMemberValue,
     cr.ConsumerGroupCurrentMemberAssignmentKey, cr.ConsumerGroupCurrentMemberAssignmentValue,
     cr.ConsumerGroupRegularExpressionKey, cr.ConsumerGroupRegularExpressionValue,
+    cr.ShareGroupMemberMetadataKey, cr.ShareGroupMemberMetadataValue,
+    cr.ShareGroupMetadataKey, cr.ShareGroupMetadataValue,
+    cr.ShareGroupTargetAssignmentMetadataKey, cr.ShareGroupTargetAssignmentMetadataValue,
+    cr.ShareGroupTargetAssignmentMemberKey, cr.ShareGroupTargetAssignmentMemberValue,
+    cr.ShareGroupCurrentMemberAssignmentKey, cr.ShareGroupCurrentMemberAssignmentValue,
+    cr.ShareGroupStatePartitionMetadataKey, cr.ShareGroupStatePartitionMetadataValue,
 )
 GROUP_COORDINATOR_SERDE = CoordinatorRecordSerde(GROUP_COORDINATOR_RECORD_CLASSES)
 

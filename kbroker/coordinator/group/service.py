@@ -51,6 +51,9 @@ from kbroker.protocol.messages import (
     JoinGroupRequest,
     JoinGroupResponse,
     ListGroupsResponse,
+    ShareGroupDescribeResponse,
+    ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -146,6 +149,11 @@ class GroupCoordinator:
             name="group-coordinator")
         self.loader = PartitionLoader(self.runtime, self.writer)
         self._started = False
+        #: ``hook(group id, member id)``: a share group member left or was fenced here (the broker's share
+        #: partitions release what it acquired)
+        self.share_member_removed_hook: Callable[[str, str], None] | None = None
+        #: ``hook(group id)``: a share group was deleted here (the broker deletes its share state)
+        self.share_group_deleted_hook: Callable[[str], None] | None = None
 
     #: how long a write waits for the in-sync replicas before the answer is COORDINATOR_NOT_AVAILABLE
     commit_timeout_ms = 5000
@@ -158,8 +166,19 @@ class GroupCoordinator:
         return gc
 
     def _build_shard(self, partition: int, timer: CoordinatorTimer) -> GroupCoordinatorShard:
-        return GroupCoordinatorShard(partition, self.config, timer, self.scheduler.now_ms,
-                                     image_provider=lambda: self.controller.image)
+        shard = GroupCoordinatorShard(partition, self.config, timer, self.scheduler.now_ms,
+                                      image_provider=lambda: self.controller.image)
+        shard.on_share_member_removed = self._share_member_removed
+        shard.on_share_group_deleted = self._share_group_deleted
+        return shard
+
+    def _share_group_deleted(self, group_id: str) -> None:
+        if self.share_group_deleted_hook is not None:
+            self.share_group_deleted_hook(group_id)
+
+    def _share_member_removed(self, group_id: str, member_id: str) -> None:
+        if self.share_member_removed_hook is not None:
+            self.share_member_removed_hook(group_id, member_id)
 
     # ---- life cycle
     def startup(self) -> None:
@@ -343,6 +362,49 @@ class GroupCoordinator:
         await self._settle_each(out, read, lambda code, group_id: ConsumerGroupDescribeResponse.DescribedGroup(
             error_code=code, group_id=group_id))
         return out
+
+    # ---- share groups (KIP-932)
+    def share_group_heartbeat(self, meta: RequestMeta,
+                              request: ShareGroupHeartbeatRequest) -> ShareGroupHeartbeatResponse:
+        try:
+            response = self.runtime.write(self.partition_for(request.group_id),
+                                          lambda shard: shard.share_group_heartbeat(meta, request))
+        except KafkaError as exc:
+            return ShareGroupHeartbeatResponse(error_code=exc.code, error_message=exc.message)
+        assert response is not None
+        return response
+
+    def share_group_describe(self, group_ids: list[str],
+                             include_authorized_operations: bool) -> list[ShareGroupDescribeResponse.DescribedGroup]:
+        """One description per group id (share group membership is in memory: nothing to wait for)."""
+        from kbroker.coordinator.group.shard import GROUP_AUTHORIZED_OPERATIONS
+
+        out = []
+        for group_id in group_ids:
+            if not group_id:
+                out.append(ShareGroupDescribeResponse.DescribedGroup(
+                    error_code=ErrorCode.INVALID_GROUP_ID, error_message="Group id can't be empty.",
+                    group_id=group_id))
+                continue
+            try:
+                out.append(self.runtime.read(self.partition_for(group_id), lambda shard: shard.share_group_describe(
+                    group_id, include_authorized_operations, GROUP_AUTHORIZED_OPERATIONS)))
+            except KafkaError as exc:
+                out.append(ShareGroupDescribeResponse.DescribedGroup(error_code=exc.code, group_id=group_id))
+        return out
+
+    def share_group_admin_check(self, group_id: str, need_empty: bool) -> tuple[int, str | None]:
+        """(error, message) for the share-group offset APIs (see ``ShareGroupOps.share_group_admin_check``),
+        or the coordinator error."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, None
+        try:
+            result = self.runtime.read(self.partition_for(group_id),
+                                       lambda shard: shard.share_group_admin_check(group_id, need_empty))
+        except KafkaError as exc:
+            return exc.code, exc.message
+        assert result is not None
+        return result
 
     def validate_offset_fetch_member(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """OffsetFetch v9+: the member id / epoch of a consumer group member (NONE for other groups)."""

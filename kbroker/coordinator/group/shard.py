@@ -56,6 +56,7 @@ from kbroker.coordinator.group.classic_group import (
 from kbroker.coordinator.group.config import GroupCoordinatorConfig, group_config
 from kbroker.coordinator.group.consumer_ops import ConsumerGroupOps
 from kbroker.coordinator.group.migration import ClassicMigrationOps
+from kbroker.coordinator.group.share_group import ShareGroupOps
 from kbroker.coordinator.group.records import (
     group_metadata_record,
     group_metadata_tombstone,
@@ -179,7 +180,7 @@ def _empty() -> CoordinatorResult[Any]:
     return CoordinatorResult()
 
 
-class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps):
+class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps, ShareGroupOps):
     """Groups and offsets of one partition (see the module docstring); consumer groups (KIP-848) come from
     :class:`~kbroker.coordinator.group.consumer_ops.ConsumerGroupOps`."""
 
@@ -200,6 +201,7 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps):
         #: the current metadata image (topic names, ids and partition counts for consumer groups)
         self.image_provider = image_provider
         self._init_consumer_groups()
+        self._init_share_groups()
 
     def group_config(self, group_id: str) -> dict[str, object]:
         """Effective group configs of ``group_id`` (:func:`kbroker.coordinator.group.config.group_config`): the
@@ -219,7 +221,7 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps):
             self._replay_offset_commit(key.group, key.topic, key.partition, record.value)
         elif isinstance(key, GroupMetadataKey):
             self._replay_group_metadata(key.group, record.value)
-        else:
+        elif not self.replay_share_group_record(record):  # KIP-932 share group records (types 10-15)
             self.replay_consumer_group_record(record)  # KIP-848 consumer group records (types 3-8, 16)
 
     def _replay_offset_commit(self, group_id: str, topic: str, partition: int, value: Any) -> None:
@@ -232,7 +234,7 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps):
                 if not topics:
                     del self.offsets[group_id]
             return
-        if group_id not in self.groups and group_id not in self.consumer_groups:
+        if group_id not in self.groups and group_id not in self.consumer_groups and group_id not in self.share_groups:
             # a commit outside group management creates a "simple" group (Empty, no protocol type)
             self.groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=-1)
         expire = getattr(value, "expire_timestamp", -1)
@@ -285,10 +287,12 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps):
             if len(group.members) > self.config.group_max_size:
                 self._apply_now(self._prepare_rebalance(group, "loaded group is over group.max.size"))
         self._consumer_groups_loaded()
+        self._share_groups_loaded()
         self._schedule_offsets_expiration()
 
     def on_unloaded(self) -> None:
         self.loaded = False
+        self.share_groups_unloaded()
         for group in self.groups.values():
             for member in group.members.values():
                 member.complete_join(_join_error(ErrorCode.NOT_COORDINATOR, member.member_id))
@@ -303,6 +307,9 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps):
 
     # ==================================================================================== JoinGroup
     def join_group(self, meta: RequestMeta, request: JoinGroupRequest, respond: JoinResponder) -> CoordinatorResult[None]:
+        if request.group_id in self.share_groups:
+            respond(_join_error(ErrorCode.GROUP_ID_NOT_FOUND, request.member_id or UNKNOWN_MEMBER_ID))
+            return _empty()
         consumer = self.consumer_groups.get(request.group_id)
         if consumer is None:
             return self._classic_join_group(meta, request, respond)
@@ -1018,6 +1025,7 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps):
             out.append(ListGroupsResponse.ListedGroup(group_id=group.group_id, protocol_type=group.protocol_type or "",
                                                       group_state=group.state.value, group_type=GROUP_TYPE_CLASSIC))
         out.extend(self.list_consumer_groups(states, types))
+        out.extend(self.list_share_groups(states, types))
         return out
 
     def describe_group(self, group_id: str, api_version: int,
@@ -1029,7 +1037,8 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps):
         group = self.groups.get(group_id)
         if group is None:
             if api_version >= 6:
-                message = (f"Group {group_id} is not a classic group." if group_id in self.consumer_groups
+                message = (f"Group {group_id} is not a classic group."
+                           if group_id in self.consumer_groups or group_id in self.share_groups
                            else f"Group {group_id} not found.")
                 return DescribeGroupsResponse.DescribedGroup(
                     error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=message,
@@ -1053,6 +1062,13 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps):
             group = self.groups.get(group_id)
             if not group_id:
                 error = ErrorCode.INVALID_GROUP_ID
+            elif group_id in self.share_groups:
+                error, tombstones = self.share_group_tombstones(group_id)
+                if error == ErrorCode.NONE:
+                    records.extend(offset_commit_tombstone(group_id, topic, partition)
+                                   for topic, partitions in sorted(self.offsets.get(group_id, {}).items())
+                                   for partition in sorted(partitions))
+                    records.extend(tombstones)
             elif group_id in self.consumer_groups:
                 if self.consumer_group_is_empty(group_id):
                     error = ErrorCode.NONE

@@ -9,7 +9,10 @@ Behavior:
   (clients retry) until the topic is committed; also while the partition has no live leader;
 * key type 1 (transaction): the same for ``__transaction_state`` (``transaction.state.log.num.partitions``
   partitions, compacted) and the transactional id;
-* other key types (2 = share groups, not served): INVALID_REQUEST;
+* key type 2 (share, KIP-932, v6+): the same for ``__share_group_state`` and a share partition's key
+  ``group:topicId:partition`` (brokers find the share coordinator; needs CLUSTER_ACTION); a key of another form,
+  or an older version, is INVALID_REQUEST;
+* other key types: INVALID_REQUEST;
 Version notes:
 * v1: KeyType, ErrorMessage; v3: flexible; v4+: batched ``CoordinatorKeys`` answered per key.
 """
@@ -29,6 +32,19 @@ VERSIONS = range(0, 7)
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
+KEY_TYPE_SHARE = 2
+
+
+def _valid_share_key(key: str) -> bool:
+    """``group:topicId:partition`` with a base64 topic id and a partition number (Kafka's SharePartitionKey)."""
+    import base64
+
+    group, _, rest = key.partition(":")
+    tid, _, partition = rest.partition(":")
+    try:
+        return bool(group) and len(base64.urlsafe_b64decode(tid + "==")) == 16 and int(partition) >= 0
+    except ValueError:
+        return False
 
 
 def _find(ctx, key_type: int, key: str) -> tuple[int, int, str, int]:
@@ -41,10 +57,14 @@ def _find(ctx, key_type: int, key: str) -> tuple[int, int, str, int]:
         if key_type == KEY_TYPE_TRANSACTION and not common.authorize(ctx, AclOperation.DESCRIBE,
                                                                      ResourceType.TRANSACTIONAL_ID, key):
             return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1
+        if key_type == KEY_TYPE_SHARE and not common.cluster_authorized(ctx, AclOperation.CLUSTER_ACTION):
+            return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, -1, "", -1
     if key_type == KEY_TYPE_GROUP:
         coordinator = broker.group_coordinator
     elif key_type == KEY_TYPE_TRANSACTION:
         coordinator = broker.transaction_coordinator
+    elif key_type == KEY_TYPE_SHARE and ctx.api_version >= 6 and _valid_share_key(key):
+        coordinator = broker.share_coordinator
     else:
         return ErrorCode.INVALID_REQUEST, -1, "", -1
     name, partitions, replication, configs = coordinator.internal_topic_spec()

@@ -1,0 +1,742 @@
+"""Share groups (KIP-932) with real share consumers: librdkafka's ``ShareConsumer`` (confluent-kafka) and the
+Java ``KafkaShareConsumer`` (compat_tests/java/ShareDriver.java) against a kbroker process.
+
+A share partition starts at the latest offset when the group first fetches it (``share.auto.offset.reset``
+latest, Kafka's default), so each test first produces "warm" records until a consumer receives one, then the
+records it checks. Lock durations and delivery count limits are set small through broker properties
+(``group.share.record.lock.duration.ms``, ``group.share.delivery.count.limit``) to keep the tests short.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+if not hasattr(confluent_kafka, "ShareConsumer"):
+    pytest.skip("confluent-kafka without ShareConsumer", allow_module_level=True)
+
+from confluent_kafka import AcknowledgeType, Producer, ShareConsumer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def make_topic(bootstrap: str, partitions: int = 1) -> str:
+    name = unique("share")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(20)
+    return name
+
+
+def consumer(bootstrap: str, group: str, explicit: bool = False) -> ShareConsumer:
+    conf = {"bootstrap.servers": bootstrap, "group.id": group}
+    if explicit:
+        conf["share.acknowledgement.mode"] = "explicit"
+    return ShareConsumer(conf)
+
+
+class Warmup:
+    """Produces "warm" records until one reaches a consumer of the group (the share partition is then
+    initialized, so later records are delivered)."""
+
+    def __init__(self, producer: Producer, topic: str) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.seen = threading.Event()
+
+    def saw(self, value: bytes | None) -> bool:
+        if value is not None and value.startswith(b"warm"):
+            self.seen.set()
+            return True
+        return False
+
+    def run(self, poll=None, timeout: float = 30.0) -> None:  # noqa: ANN001
+        deadline = time.monotonic() + timeout
+        while not self.seen.is_set():
+            assert time.monotonic() < deadline, "no share consumer received a record"
+            self.producer.produce(self.topic, b"warm")
+            self.producer.flush(5)
+            if poll is not None:
+                poll()
+            else:
+                self.seen.wait(0.3)
+
+
+def data_messages(messages) -> list:  # noqa: ANN001
+    out = []
+    for m in messages:
+        assert m.error() is None, m.error()
+        out.append(m)
+    return out
+
+
+# ============================================================================================ confluent-kafka
+
+
+def test_confluent_five_share_consumers_share_one_partition(kbroker_factory):
+    """5 share consumers of one group on a 1-partition topic: every record reaches exactly one of them."""
+    broker = kbroker_factory({"group.share.heartbeat.interval.ms": 500})
+    topic = make_topic(broker.bootstrap)
+    group = unique("sg")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    warm = Warmup(producer, topic)
+    n = 60
+    got: list[tuple[int, bytes, int]] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run(idx: int) -> None:
+        try:
+            c = consumer(broker.bootstrap, group)
+            c.subscribe([topic])
+            while not stop.is_set():
+                for m in data_messages(c.poll(0.5)):
+                    if not warm.saw(m.value()):
+                        with lock:
+                            got.append((idx, m.value(), m.delivery_count()))
+            c.close()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(5)]
+    for t in threads:
+        t.start()
+    try:
+        warm.run()
+        for i in range(n):
+            producer.produce(topic, b"r-%03d" % i)
+            producer.flush(5)
+            time.sleep(0.02)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len({v for _, v, _ in got}) < n:
+            time.sleep(0.2)
+        time.sleep(1.0)  # a duplicate delivery would show up now
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not errors, errors
+    values = Counter(v for _, v, _ in got)
+    assert sorted(values) == [b"r-%03d" % i for i in range(n)]
+    assert all(c == 1 for c in values.values()), {v: c for v, c in values.items() if c > 1}
+    assert all(d == 1 for _, _, d in got)
+    assert len({idx for idx, _, _ in got}) >= 2, "one consumer got every record"
+
+
+def _one_consumer_setup(broker_props: dict[str, Any], kbroker_factory):  # noqa: ANN001, ANN202
+    broker = kbroker_factory({"group.share.heartbeat.interval.ms": 500, **broker_props})
+    topic = make_topic(broker.bootstrap)
+    group = unique("sg")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    return broker, topic, group, producer
+
+
+def _warm_explicit(c: ShareConsumer, warm: Warmup) -> None:
+    """Warm up with an explicit-mode consumer: every warm record is accepted."""
+
+    def poll() -> None:
+        msgs = data_messages(c.poll(0.5))
+        for m in msgs:
+            warm.saw(m.value())
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        if msgs:
+            c.commit_sync(10)
+
+    warm.run(poll)
+
+
+def _poll_until(c: ShareConsumer, want, timeout: float, ack=None) -> list:  # noqa: ANN001
+    """Poll ``c`` until ``want(messages so far)``; each message is acknowledged with ``ack(m)`` (explicit
+    mode) and the acknowledgements committed after each poll."""
+    seen: list = []
+    deadline = time.monotonic() + timeout
+    while not want(seen):
+        assert time.monotonic() < deadline, f"timed out; got {[(m.offset(), m.value()) for m in seen]}"
+        msgs = data_messages(c.poll(0.5))
+        for m in msgs:
+            if m.value().startswith(b"warm"):
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+                continue
+            seen.append(m)
+            c.acknowledge(m, ack(m) if ack is not None else AcknowledgeType.ACCEPT)
+        if msgs:
+            c.commit_sync(10)
+    return seen
+
+
+def _drain(c: ShareConsumer, seconds: float, ack=None) -> list:  # noqa: ANN001
+    """Poll for ``seconds``; the non-warm messages (acknowledged like :func:`_poll_until`)."""
+    end = time.monotonic() + seconds
+    return _poll_until(c, lambda s: time.monotonic() >= end, seconds + 10, ack)
+
+
+def test_confluent_released_records_come_back_at_once(kbroker_factory):
+    """RELEASE makes a record Available again before its 60 s lock would expire; its delivery count grows."""
+    broker, topic, group, producer = _one_consumer_setup({"group.share.record.lock.duration.ms": 60000},
+                                                         kbroker_factory)
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        _warm_explicit(c, Warmup(producer, topic))
+        for i in range(3):
+            producer.produce(topic, b"x-%d" % i)
+        producer.flush(5)
+        released_once: set[int] = set()
+        started = time.monotonic()
+
+        def ack(m):  # noqa: ANN001, ANN202
+            if m.offset() not in released_once:
+                released_once.add(m.offset())
+                return AcknowledgeType.RELEASE
+            return AcknowledgeType.ACCEPT
+
+        seen = _poll_until(c, lambda s: sum(1 for m in s if m.delivery_count() == 2) >= 3, 20, ack)
+        assert time.monotonic() - started < 20  # well below the 60 s lock
+        by_offset: dict[int, list[int]] = {}
+        for m in seen:
+            by_offset.setdefault(m.offset(), []).append(m.delivery_count())
+        assert sorted(by_offset.values()) == [[1, 2]] * 3
+    finally:
+        c.close()
+
+
+def test_confluent_rejected_records_are_not_redelivered(kbroker_factory):
+    broker, topic, group, producer = _one_consumer_setup({"group.share.record.lock.duration.ms": 2000},
+                                                         kbroker_factory)
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        _warm_explicit(c, Warmup(producer, topic))
+        for i in range(3):
+            producer.produce(topic, b"bad-%d" % i)
+        producer.flush(5)
+        rejected = _poll_until(c, lambda s: len(s) >= 3, 20, lambda m: AcknowledgeType.REJECT)
+        assert sorted(m.value() for m in rejected) == [b"bad-0", b"bad-1", b"bad-2"]
+        time.sleep(2.5)  # longer than the lock: a rejected record must not come back on expiry either
+        producer.produce(topic, b"sentinel")
+        producer.flush(5)
+        later = _poll_until(c, lambda s: any(m.value() == b"sentinel" for m in s), 20)
+        later += _drain(c, 1.0)
+        assert [m.value() for m in later] == [b"sentinel"]
+    finally:
+        c.close()
+
+
+def test_confluent_delivery_count_limit_archives(kbroker_factory):
+    """A record released every time is delivered ``group.share.delivery.count.limit`` times, then archived."""
+    broker, topic, group, producer = _one_consumer_setup({"group.share.delivery.count.limit": 3},
+                                                         kbroker_factory)
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        _warm_explicit(c, Warmup(producer, topic))
+        producer.produce(topic, b"poison")
+        producer.flush(5)
+        release = lambda m: AcknowledgeType.RELEASE  # noqa: E731
+        seen = _poll_until(c, lambda s: len(s) >= 3, 20, release)
+        producer.produce(topic, b"sentinel")
+        producer.flush(5)
+        seen += _poll_until(c, lambda s: any(m.value() == b"sentinel" for m in s), 20, release)
+        seen += _drain(c, 1.0, release)
+        poison = [m.delivery_count() for m in seen if m.value() == b"poison"]
+        assert poison == [1, 2, 3]
+    finally:
+        c.close()
+
+
+HOLDING_CONSUMER = textwrap.dedent("""
+    import json, os, signal, sys
+    from confluent_kafka import ShareConsumer
+    bootstrap, group, topic, sig = sys.argv[1:5]
+    c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
+                       "share.acknowledgement.mode": "explicit"})
+    c.subscribe([topic])
+    while True:
+        msgs = [m for m in c.poll(0.5) if m.error() is None]
+        held = [m.offset() for m in msgs if m.value().startswith(b"held")]
+        if held:
+            print(json.dumps(held), flush=True)
+            os.kill(os.getpid(), getattr(signal, sig))
+        for m in msgs:
+            c.acknowledge(m)
+        if msgs:
+            c.commit_sync(10)
+""")
+
+
+def _records_of_a_stopped_consumer(kbroker_factory, sig: str, lock_ms: int):  # noqa: ANN001, ANN202
+    """A consumer acquires "held" records and gets ``sig`` (its process killed, or stopped with its connections
+    open); another member then polls: (held offsets, seconds until all came back, their messages)."""
+    broker, topic, group, producer = _one_consumer_setup({"group.share.record.lock.duration.ms": lock_ms},
+                                                         kbroker_factory)
+    b = consumer(broker.bootstrap, group, explicit=True)
+    b.subscribe([topic])
+    try:
+        _warm_explicit(b, Warmup(producer, topic))
+    finally:
+        b.close()  # only the other consumer is in the group now
+    proc = subprocess.Popen([sys.executable, "-c", HOLDING_CONSUMER, broker.bootstrap, group, topic, sig],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(3)
+        for i in range(3):
+            producer.produce(topic, b"held-%d" % i)
+        producer.flush(5)
+        line = proc.stdout.readline()
+        held_at = time.monotonic()
+        held = json.loads(line)
+        assert held
+        if sig == "SIGKILL":
+            assert proc.wait(20) == -signal.SIGKILL
+        b = consumer(broker.bootstrap, group, explicit=True)
+        b.subscribe([topic])
+        try:
+            seen = _poll_until(b, lambda s: {m.offset() for m in s} >= set(held), 60)
+        finally:
+            b.close()
+        return held, time.monotonic() - held_at, [m for m in seen if m.offset() in held]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_confluent_killed_consumer_records_released_with_its_connection(kbroker_factory):
+    """A consumer killed while holding records: its connection closes, its share session ends and the records
+    go to another member at once, long before their 30 s lock would expire (Kafka 4.1+, KAFKA-19015)."""
+    held, waited, again = _records_of_a_stopped_consumer(kbroker_factory, "SIGKILL", 30000)
+    assert waited < 15, f"redelivered after {waited:.1f}s: the closed connection did not release the records"
+    assert all(m.delivery_count() == 2 for m in again)
+
+
+def test_confluent_hung_consumer_records_redelivered_after_lock(kbroker_factory):
+    """A consumer that stops (SIGSTOP: its connection stays open) while holding records: another member gets them
+    once their lock expires, not before."""
+    lock_ms = 3000
+    held, waited, again = _records_of_a_stopped_consumer(kbroker_factory, "SIGSTOP", lock_ms)
+    assert waited >= lock_ms / 1000 - 0.5, f"redelivered after {waited:.1f}s, before the lock expired"
+    assert all(m.delivery_count() == 2 for m in again)
+
+
+def test_confluent_share_state_survives_kill_9(kbroker_factory):
+    """The share partition's state is in ``__share_group_state``: after a kill -9 and a restart, records that were
+    accepted are not delivered again and records produced before the crash but never delivered still are (a
+    share partition without its state would start over at the latest offset and deliver none of them)."""
+    broker, topic, group, producer = _one_consumer_setup({}, kbroker_factory)
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        _warm_explicit(c, Warmup(producer, topic))
+        for i in range(3):
+            producer.produce(topic, b"x-%d" % i)
+        producer.flush(5)
+        done = _poll_until(c, lambda s: len(s) >= 3, 20)
+        assert sorted(m.value() for m in done) == [b"x-0", b"x-1", b"x-2"]
+    finally:
+        c.close()
+    for i in range(3):
+        producer.produce(topic, b"y-%d" % i)
+    producer.flush(5)
+    broker.kill()
+    broker.start()
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        after = _poll_until(c, lambda s: len(s) >= 3, 40)
+        after += _drain(c, 1.0)
+        assert [m.value() for m in after] == [b"y-0", b"y-1", b"y-2"]
+        assert all(m.delivery_count() == 1 for m in after)
+    finally:
+        c.close()
+
+
+def share_groups_cli(bootstrap: str, *args: str) -> str:
+    r = subprocess.run([sys.executable, "-m", "kbroker.cli.share_groups", "--bootstrap-server", bootstrap, *args],
+                       capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([REPO_ROOT, os.environ.get("PYTHONPATH", "")])))
+    assert r.returncode == 0, f"kbroker-share-groups {args} exited {r.returncode}:\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+def test_share_group_offsets_apis_and_cli(kbroker_factory):
+    """kbroker-share-groups (DescribeShareGroupOffsets, AlterShareGroupOffsets, DeleteShareGroupOffsets,
+    ShareGroupDescribe, ListGroups, DeleteGroups): describe an empty group, reset it to the earliest offset so a
+    consumer gets the records produced before the group existed, delete its offsets, delete it."""
+    broker, topic, group, producer = _one_consumer_setup({}, kbroker_factory)
+    for i in range(5):
+        producer.produce(topic, b"a-%d" % i)
+    producer.flush(5)
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        _warm_explicit(c, Warmup(producer, topic))
+        _drain(c, 0.5)
+        members = share_groups_cli(broker.bootstrap, "--describe", "--group", group, "--members")
+        assert members.split("\n")[1].split()[:3] == ["GROUP", "CONSUMER-ID", "HOST"]
+        assert f"{topic}:0" in members
+    finally:
+        c.close()
+    offsets = share_groups_cli(broker.bootstrap, "--describe", "--group", group)
+    lines = [line.split() for line in offsets.strip().splitlines()]
+    assert lines[0] == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
+    [row] = lines[1:]
+    assert row[:3] == [group, topic, "0"] and int(row[3]) >= 6 and row[4] == "0"  # after a-0..a-4 and a warm one
+    state = share_groups_cli(broker.bootstrap, "--describe", "--group", group, "--state")
+    assert state.split("\n")[2].split()[0] == group and "Empty" in state
+    assert group in share_groups_cli(broker.bootstrap, "--list").split()
+    reset = share_groups_cli(broker.bootstrap, "--reset-offsets", "--group", group, "--topic", topic,
+                             "--to-earliest", "--execute")
+    assert reset.strip().splitlines()[-1].split() == [group, topic, "0", "0"]
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        got = _poll_until(c, lambda s: {m.value() for m in s} >= {b"a-%d" % i for i in range(5)}, 30)
+        assert sorted(m.offset() for m in got)[:5] == [0, 1, 2, 3, 4]
+    finally:
+        c.close()
+    deleted = share_groups_cli(broker.bootstrap, "--delete-offsets", "--group", group, "--topic", topic)
+    assert deleted.strip().splitlines()[-1].split() == [topic, "Successful"]
+    assert "has no offsets" in share_groups_cli(broker.bootstrap, "--describe", "--group", group)
+    assert "was successful" in share_groups_cli(broker.bootstrap, "--delete", "--group", group)
+    assert group not in share_groups_cli(broker.bootstrap, "--list").split()
+
+
+# ============================================================================================ Java client
+
+SHARE_DRIVER_SOURCE = os.path.join(REPO_ROOT, "compat_tests", "java", "ShareDriver.java")
+
+
+@pytest.fixture(scope="session")
+def share_driver() -> list[str]:
+    """The command prefix that runs ShareDriver (compiled on first use, like GroupDriver)."""
+    import fcntl
+    import shutil
+
+    from compat_tests.clients import CLASSES_DIR, JARS_DIR
+    from compat_tests.conftest import ensure_jars
+
+    java, javac = shutil.which("java"), shutil.which("javac")
+    if not java or not javac:
+        pytest.skip("no JDK on PATH (java and javac): install openjdk-17-jdk-headless")
+    ensure_jars()
+    CLASSES_DIR.mkdir(parents=True, exist_ok=True)
+    target = CLASSES_DIR / "ShareDriver.class"
+    with open(CLASSES_DIR / ".compile-share.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.exists() or target.stat().st_mtime < os.stat(SHARE_DRIVER_SOURCE).st_mtime:
+            r = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-d", str(CLASSES_DIR), "-cp",
+                                str(JARS_DIR / "*"), SHARE_DRIVER_SOURCE], capture_output=True, text=True,
+                               timeout=300)
+            if r.returncode != 0:
+                pytest.fail(f"javac ShareDriver.java failed:\n{r.stdout}\n{r.stderr}", pytrace=False)
+    return [java, "-Xss1m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-cp",
+            os.pathsep.join([str(CLASSES_DIR), str(JARS_DIR / "*")]), "ShareDriver"]
+
+
+class JavaShareConsumers:
+    """``ShareDriver consume`` in a subprocess; its JSON events are collected by a reader thread."""
+
+    def __init__(self, driver: list[str], *args: str) -> None:
+        self.proc = subprocess.Popen(driver + ["consume", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self.events: list[dict[str, Any]] = []
+        self.stderr: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        threading.Thread(target=lambda: self.stderr.extend(self.proc.stderr), daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.events.append(json.loads(line))
+
+    def wait_for(self, pred, timeout: float, what: str) -> None:  # noqa: ANN001
+        deadline = time.monotonic() + timeout
+        while not pred(self.events):
+            assert not any(e["event"] == "error" for e in self.events), self.events[-1]
+            assert self.proc.poll() is None or pred(self.events), \
+                f"ShareDriver exited {self.proc.returncode}: {''.join(self.stderr)[-3000:]}"
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {self.events[-5:]}"
+            time.sleep(0.1)
+
+    def records(self, prefix: str) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["event"] == "record" and e["value"].startswith(prefix)]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._reader.join(10)
+
+
+def java_admin(driver: list[str], *args: str) -> dict[str, Any]:
+    r = subprocess.run(driver + list(args), capture_output=True, text=True, timeout=60)
+    events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert r.returncode == 0 and events, f"ShareDriver {args[0]} exited {r.returncode}: {events}\n{r.stderr[-2000:]}"
+    return events[-1]
+
+
+def _java_warm(consumers: JavaShareConsumers, producer: Producer, topic: str) -> None:
+    deadline = time.monotonic() + 60
+    while not consumers.records("warm"):
+        assert time.monotonic() < deadline, "no Java share consumer received a record"
+        assert consumers.proc.poll() is None, "".join(consumers.stderr)[-3000:]
+        producer.produce(topic, b"warm")
+        producer.flush(5)
+        time.sleep(0.3)
+
+
+def test_java_five_share_consumers_share_one_partition(kbroker_factory, share_driver):
+    """5 KafkaShareConsumers on a 1-partition topic: every record to exactly one of them; the Admin client
+    describes the group (5 members, each assigned the partition) and lists it as a share group."""
+    broker = kbroker_factory({"group.share.heartbeat.interval.ms": 500})
+    topic = make_topic(broker.bootstrap)
+    group = unique("sg")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    consumers = JavaShareConsumers(share_driver, "--bootstrap", broker.bootstrap, "--group", group, "--topic", topic,
+                                   "--consumers", "5")
+    n = 60
+    try:
+        consumers.wait_for(lambda ev: any(e["event"] == "ready" for e in ev), 60, "ready")
+        _java_warm(consumers, producer, topic)
+        for i in range(n):
+            producer.produce(topic, b"r-%03d" % i)
+            producer.flush(5)
+            time.sleep(0.02)
+        consumers.wait_for(lambda ev: len({e["value"] for e in consumers.records("r-")}) >= n, 60, "all records")
+        time.sleep(1.0)  # a duplicate delivery would show up now
+        described = java_admin(share_driver, "describe", "--bootstrap", broker.bootstrap, "--group", group)
+        listed = java_admin(share_driver, "list", "--bootstrap", broker.bootstrap)
+    finally:
+        consumers.close()
+    got = consumers.records("r-")
+    values = Counter(e["value"] for e in got)
+    assert sorted(values) == ["r-%03d" % i for i in range(n)]
+    assert all(c == 1 for c in values.values()), {v: c for v, c in values.items() if c > 1}
+    assert all(e["delivery"] == 1 for e in got)
+    assert len({e["consumer"] for e in got}) >= 2, "one consumer got every record"
+    assert described["state"] == "Stable" and len(described["members"]) == 5
+    assert all(m["partitions"] == [f"{topic}-0"] and m["epoch"] == described["epoch"] for m in described["members"])
+    assert {"id": group, "state": "Stable", "type": "Share"} in listed["groups"]
+    assert any(e["event"] == "closed" for e in consumers.events)
+
+
+def test_java_released_records_archived_at_delivery_count_limit(kbroker_factory, share_driver):
+    """A Java consumer releasing every record: each is delivered ``group.share.delivery.count.limit`` (2) times,
+    with delivery counts 1 and 2, then archived."""
+    broker = kbroker_factory({"group.share.heartbeat.interval.ms": 500, "group.share.delivery.count.limit": 2})
+    topic = make_topic(broker.bootstrap)
+    group = unique("sg")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    consumers = JavaShareConsumers(share_driver, "--bootstrap", broker.bootstrap, "--group", group, "--topic", topic,
+                                   "--ack", "release")
+    try:
+        consumers.wait_for(lambda ev: any(e["event"] == "ready" for e in ev), 60, "ready")
+        _java_warm(consumers, producer, topic)
+        for i in range(3):
+            producer.produce(topic, b"x-%d" % i)
+        producer.flush(5)
+        consumers.wait_for(lambda ev: len(consumers.records("x-")) >= 6, 30, "two deliveries each")
+        time.sleep(1.5)  # archived: no third delivery
+    finally:
+        consumers.close()
+    deliveries: dict[str, list[int]] = {}
+    for e in consumers.records("x-"):
+        deliveries.setdefault(e["value"], []).append(e["delivery"])
+    assert deliveries == {"x-0": [1, 2], "x-1": [1, 2], "x-2": [1, 2]}
+
+
+# ============================================================================================ cluster
+
+
+def test_share_state_moves_with_the_partition_leader_in_a_cluster(tmp_path):
+    """3 nodes, a replicated 1-partition topic, a share group whose state (``__share_group_state``) is kept by
+    another node than the partition's leader: the leader writes the state with WriteShareGroupState, and after
+    it is killed the new leader reads it with ReadShareGroupState: accepted records stay done, records produced
+    before the crash and never delivered are delivered, each once."""
+    from kbroker.coordinator.runtime import partition_for
+    from kbroker.coordinator.share.service import SHARE_STATE_TOPIC, coordinator_key
+    from kbroker.testing.cluster import KbrokerCluster, wait_until
+
+    with KbrokerCluster(tmp_path, nodes=3, overrides={"broker.session.timeout.ms": 6000,
+                                                      "broker.heartbeat.interval.ms": 500,
+                                                      "group.share.heartbeat.interval.ms": 500}) as cluster:
+        bootstrap = cluster.bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 3, 60, "all three brokers registered")
+        topic = unique("share")
+        admin.create_topics([NewTopic(topic, 1, 3)], request_timeout=30)[topic].result(60)
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+
+        probe = consumer(bootstrap, unique("probe"), explicit=True)  # creates __share_group_state
+        probe.subscribe([topic])
+        try:
+            _warm_explicit(probe, Warmup(producer, topic))
+        finally:
+            probe.close()
+
+        from confluent_kafka import TopicCollection
+
+        tid = admin.describe_topics(TopicCollection([topic]))[topic].result(30).topic_id
+        topic_id = ((tid.get_most_significant_bits() & (2**64 - 1)) << 64
+                    | (tid.get_least_significant_bits() & (2**64 - 1))).to_bytes(16, "big")
+
+        def leaders() -> tuple[int, dict[int, int], dict[int, int]]:
+            md = admin.list_topics(timeout=10)
+            state, offsets = md.topics.get(SHARE_STATE_TOPIC), md.topics.get("__consumer_offsets")
+            return (md.topics[topic].partitions[0].leader,
+                    {p: pm.leader for p, pm in (state.partitions.items() if state is not None else [])},
+                    {p: pm.leader for p, pm in (offsets.partitions.items() if offsets is not None else [])})
+
+        leader, state_leaders, group_leaders = wait_until(
+            lambda: (x := leaders()) and x[1] and all(v >= 0 for v in x[1].values()) and x, 60,
+            "__share_group_state led")
+        # the share state is kept by another node than the partition leader, and the group coordinator (whose
+        # __consumer_offsets may have one replica, made before every broker registered) survives the kill
+        group = next(g for g in (unique("sg") for _ in range(500))
+                     if state_leaders[partition_for(coordinator_key(g, topic_id, 0), len(state_leaders))] != leader
+                     and group_leaders[partition_for(g, len(group_leaders))] != leader)
+
+        c = consumer(bootstrap, group, explicit=True)
+        c.subscribe([topic])
+        try:
+            _warm_explicit(c, Warmup(producer, topic))
+            for i in range(3):
+                producer.produce(topic, b"x-%d" % i)
+            producer.flush(10)
+            done = _poll_until(c, lambda s: len(s) >= 3, 30)
+            assert sorted(m.value() for m in done) == [b"x-0", b"x-1", b"x-2"]
+            _drain(c, 1.0)  # the acknowledgements are on their way to the share coordinator
+        finally:
+            c.close()
+        for i in range(3):
+            producer.produce(topic, b"y-%d" % i)
+        producer.flush(10)
+        time.sleep(1.0)
+        cluster.kill(leader)
+        wait_until(lambda: leaders()[0] not in (-1, leader), 60, "a new partition leader")
+
+        c = consumer(bootstrap, group, explicit=True)
+        c.subscribe([topic])
+        try:
+            after = _poll_until(c, lambda s: len(s) >= 3, 60)
+            after += _drain(c, 1.5)
+            assert [m.value() for m in after] == [b"y-0", b"y-1", b"y-2"]
+        finally:
+            c.close()
+
+
+def test_share_state_apis_over_the_wire(kbroker_factory):
+    """The share coordinator's inter-broker APIs as another broker calls them: FindCoordinator key type 2 (which
+    creates __share_group_state), InitializeShareGroupState, WriteShareGroupState (batches overlay the state, an
+    older leader epoch is fenced), ReadShareGroupState, ReadShareGroupStateSummary, DeleteShareGroupState."""
+    from kbroker.cli._wire import WireClient
+    from kbroker.coordinator.share.service import coordinator_key
+    from kbroker.protocol import messages as m
+    from kbroker.testing.cluster import wait_until
+
+    broker = kbroker_factory({})
+    tid = uuid.uuid4().bytes
+    with WireClient(broker.bootstrap) as wire:
+        key = coordinator_key("g", tid, 0)
+        found = wait_until(lambda: (r := wire.send(m.FindCoordinatorRequest(key_type=2, coordinator_keys=[key]), 6))
+                           .coordinators[0].error_code == 0 and r, 30, "the share coordinator").coordinators[0]
+        assert found.node_id == 1
+
+        def one(resp):  # noqa: ANN001, ANN202
+            return resp.results[0].partitions[0]
+
+        init = m.InitializeShareGroupStateRequest(group_id="g", topics=[m.InitializeShareGroupStateRequest.InitializeStateData(
+            topic_id=tid, partitions=[m.InitializeShareGroupStateRequest.PartitionData(partition=0, state_epoch=1,
+                                                                                       start_offset=5)])])
+        wait_until(lambda: one(wire.send(init)).error_code == 0, 30, "InitializeShareGroupState")
+        W = m.WriteShareGroupStateRequest
+
+        def write(leader_epoch: int, start: int, batches) -> int:  # noqa: ANN001
+            return one(wire.send(W(group_id="g", topics=[W.WriteStateData(topic_id=tid, partitions=[W.PartitionData(
+                partition=0, state_epoch=1, leader_epoch=leader_epoch, start_offset=start,
+                state_batches=[W.StateBatch(first_offset=f, last_offset=la, delivery_state=st, delivery_count=c)
+                               for f, la, st, c in batches])])]))).error_code
+
+        assert write(3, 5, [(5, 9, 0, 1)]) == 0
+        assert write(3, 7, [(8, 8, 2, 1)]) == 0
+        assert write(2, 7, []) == 74  # FENCED_LEADER_EPOCH: a write from an older leader
+        R = m.ReadShareGroupStateRequest
+        read = one(wire.send(R(group_id="g", topics=[R.ReadStateData(topic_id=tid, partitions=[
+            R.PartitionData(partition=0, leader_epoch=3)])])))
+        assert (read.error_code, read.state_epoch, read.start_offset) == (0, 1, 7)
+        assert [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in read.state_batches] == [
+            (7, 7, 0, 1), (8, 8, 2, 1), (9, 9, 0, 1)]
+        S = m.ReadShareGroupStateSummaryRequest
+        summary = one(wire.send(S(group_id="g", topics=[S.ReadStateSummaryData(topic_id=tid, partitions=[
+            S.PartitionData(partition=0)])])))
+        assert (summary.error_code, summary.start_offset, summary.leader_epoch, summary.delivery_complete_count) \
+            == (0, 7, 3, 1)
+        D = m.DeleteShareGroupStateRequest
+        assert one(wire.send(D(group_id="g", topics=[D.DeleteStateData(topic_id=tid, partitions=[
+            D.PartitionData(partition=0)])]))).error_code == 0
+        gone = one(wire.send(R(group_id="g", topics=[R.ReadStateData(topic_id=tid, partitions=[
+            R.PartitionData(partition=0)])])))
+        assert gone.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION: no state
+
+
+def test_java_admin_share_group_offsets(kbroker_factory, share_driver):
+    """The Java Admin client's listShareGroupOffsets, alterShareGroupOffsets and deleteShareGroupOffsets on an
+    empty share group: the start offset and lag, a reset to offset 2 that a consumer then reads from, and the
+    deletion; altering a group with members is refused."""
+    broker, topic, group, producer = _one_consumer_setup({}, kbroker_factory)
+    for i in range(4):
+        producer.produce(topic, b"a-%d" % i)
+    producer.flush(5)
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        _warm_explicit(c, Warmup(producer, topic))
+        producer.produce(topic, b"later")
+        producer.flush(5)
+        _poll_until(c, lambda s: any(m.value() == b"later" for m in s), 20, lambda m: AcknowledgeType.RELEASE)
+        refused = subprocess.run(share_driver + ["alter", "--bootstrap", broker.bootstrap, "--group", group,
+                                                 "--topic", topic, "--partition", "0", "--offset", "0"],
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 1 and "GroupNotEmptyException" in refused.stdout, refused.stdout
+    finally:
+        c.close()  # the released "later" record stays Available: one record of lag
+    listed = java_admin(share_driver, "offsets", "--bootstrap", broker.bootstrap, "--group", group)
+    [(name, info)] = listed["offsets"].items()
+    assert name == f"{topic}-0" and info["start"] >= 5 and info["lag"] == 1
+    assert java_admin(share_driver, "alter", "--bootstrap", broker.bootstrap, "--group", group, "--topic", topic,
+                      "--partition", "0", "--offset", "2")["event"] == "altered"
+    assert java_admin(share_driver, "offsets", "--bootstrap", broker.bootstrap,
+                      "--group", group)["offsets"][f"{topic}-0"]["start"] == 2
+    c = consumer(broker.bootstrap, group, explicit=True)
+    c.subscribe([topic])
+    try:
+        got = _poll_until(c, lambda s: {b"a-2", b"a-3"} <= {m.value() for m in s}, 30)
+        assert min(m.offset() for m in got) == 2 and b"a-0" not in {m.value() for m in got}
+    finally:
+        c.close()
+    assert java_admin(share_driver, "delete-offsets", "--bootstrap", broker.bootstrap, "--group", group,
+                      "--topic", topic)["event"] == "deleted-offsets"
+    assert java_admin(share_driver, "offsets", "--bootstrap", broker.bootstrap, "--group", group)["offsets"] == {}

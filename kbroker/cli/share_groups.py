@@ -1,0 +1,325 @@
+"""``kbroker-share-groups``: list, describe and delete share groups and reset their start offsets, like
+``kafka-share-groups.sh`` (KIP-932).
+
+    kbroker-share-groups --bootstrap-server localhost:9092 --list [--state [Stable,Empty]]
+    kbroker-share-groups --bootstrap-server localhost:9092 --describe --group g [--members|--state|--offsets]
+    kbroker-share-groups --bootstrap-server localhost:9092 --reset-offsets --group g --topic t[:0,1] \\
+        --to-earliest|--to-latest|--to-offset N [--dry-run|--execute]
+    kbroker-share-groups --bootstrap-server localhost:9092 --delete-offsets --group g --topic t
+    kbroker-share-groups --bootstrap-server localhost:9092 --delete --group g
+
+Columns follow Kafka 4.x's ``ShareGroupCommand`` (GROUP TOPIC PARTITION START-OFFSET LAG; GROUP CONSUMER-ID
+HOST CLIENT-ID #PARTITIONS ASSIGNMENT; GROUP COORDINATOR (ID) STATE #MEMBERS). Requests go over kbroker's
+protocol codec: ListGroups to every broker, ShareGroupDescribe, DescribeShareGroupOffsets,
+AlterShareGroupOffsets, DeleteShareGroupOffsets and DeleteGroups to the group coordinator, ListOffsets to the
+partition leaders.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from kbroker.cli._common import (
+    CliError,
+    ToolParser,
+    add_command_config,
+    add_version,
+    kafka_table,
+    load_properties,
+    print_lines,
+    run_tool,
+    wire_ssl_context,
+)
+
+PROG = "kbroker-share-groups"
+ACTIONS = ("list", "describe", "reset_offsets", "delete_offsets", "delete")
+
+
+def build_parser() -> ToolParser:
+    p = ToolParser(prog=PROG, description="List all share groups, describe a share group, delete share group "
+                                          "info, or reset share group start offsets.")
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT", help="REQUIRED: the server(s) to connect to")
+    add_command_config(p)
+    p.add_argument("--list", action="store_true", help="list all share groups")
+    p.add_argument("--describe", action="store_true", help="describe share group(s): offsets, members, state")
+    p.add_argument("--delete", action="store_true", help="delete share group(s) (must be empty)")
+    p.add_argument("--reset-offsets", action="store_true", help="reset the start offsets of an empty share group "
+                                                                 "(dry run unless --execute)")
+    p.add_argument("--delete-offsets", action="store_true", help="delete a share group's state of topics")
+    p.add_argument("--group", action="append", default=[], help="the share group (repeatable)")
+    p.add_argument("--topic", action="append", default=[], help="topic, or topic:0,1,2 for some partitions")
+    p.add_argument("--members", action="store_true", help="describe the members of the group")
+    p.add_argument("--offsets", action="store_true", help="describe the group's start offsets (the default)")
+    p.add_argument("--state", nargs="?", const="", metavar="STATES",
+                   help="with --describe: the group state; with --list: show/filter states (comma-separated)")
+    p.add_argument("--verbose", action="store_true", help="more columns with --describe")
+    p.add_argument("--timeout", type=int, default=5000, metavar="MS", help="timeout for some calls (default 5000)")
+    p.add_argument("--to-earliest", action="store_true", help="reset to the earliest offset")
+    p.add_argument("--to-latest", action="store_true", help="reset to the latest offset")
+    p.add_argument("--to-offset", type=int, metavar="N", help="reset to a specific offset")
+    p.add_argument("--dry-run", action="store_true", help="only show the result of a reset (the default)")
+    p.add_argument("--execute", action="store_true", help="execute the reset")
+    add_version(p)
+    return p
+
+
+def check_args(p: ToolParser, a: Any) -> None:
+    chosen = [x for x in ACTIONS if getattr(a, x)]
+    if len(chosen) != 1:
+        p.error("Command must include exactly one action: --list, --describe, --delete, --reset-offsets, "
+                "--delete-offsets")
+    if not a.bootstrap_server:
+        p.error("Missing required argument \"[bootstrap-server]\"")
+    if chosen[0] != "list" and not a.group:
+        p.error(f"Option [{'--' + chosen[0].replace('_', '-')}] takes one of these options: [group]")
+    if chosen[0] in ("reset_offsets", "delete_offsets") and not a.topic:
+        p.error(f"Option [{'--' + chosen[0].replace('_', '-')}] needs --topic")
+    if chosen[0] == "reset_offsets" and sum([a.to_earliest, a.to_latest, a.to_offset is not None]) != 1:
+        p.error("Option [reset-offsets] takes exactly one of these options: [to-earliest], [to-latest], [to-offset]")
+    if sum([a.members, a.offsets, a.state is not None and chosen[0] == "describe"]) > 1:
+        p.error("Option [describe] takes at most one of these options: [members], [offsets], [state]")
+
+
+def parse_topic(arg: str) -> tuple[str, list[int] | None]:
+    if ":" not in arg:
+        return arg, None
+    topic, _, parts = arg.rpartition(":")
+    try:
+        return topic, sorted({int(x) for x in parts.split(",") if x.strip()})
+    except ValueError:
+        raise CliError(f"invalid partitions in --topic {arg!r}") from None
+
+
+class ShareGroupService:
+    def __init__(self, args: Any) -> None:
+        from kbroker.cli._wire import WireClient
+
+        self.args = args
+        props = load_properties(args.command_config)
+        self.wire = WireClient(args.bootstrap_server, timeout=max(args.timeout / 1000, 1.0),
+                               ssl_context=wire_ssl_context(props, PROG))
+        self.failed = False
+
+    def close(self) -> None:
+        self.wire.close()
+
+    def _error(self, code: int, message: str | None = None) -> str:
+        from kbroker.cli._wire import error_text
+
+        return error_text(code, message)
+
+    # ---- list
+    def list(self) -> None:
+        from kbroker.protocol.messages import ListGroupsRequest
+
+        states = [s.strip() for s in (self.args.state or "").split(",") if s.strip()]
+        groups: dict[str, str] = {}
+        for node in sorted(self.wire.nodes()):
+            resp = self.wire.node(node).send(ListGroupsRequest(states_filter=states, types_filter=["share"]))
+            if resp.error_code:
+                raise CliError(f"ListGroups on broker {node} failed: {self._error(resp.error_code)}")
+            for g in resp.groups:
+                if g.group_type in ("share", None, "") and (g.protocol_type == "share" or g.group_type == "share"):
+                    groups[g.group_id] = g.group_state
+        if self.args.state is not None:
+            print_lines(kafka_table(["GROUP", "STATE"], sorted(groups.items()), [0, 0]))
+        else:
+            for gid in sorted(groups):
+                print(gid)
+
+    # ---- describe
+    def _describe_group(self, gid: str) -> Any:
+        from kbroker.protocol.messages import ShareGroupDescribeRequest
+
+        resp = self.wire.group_coordinator(gid).send(ShareGroupDescribeRequest(group_ids=[gid]))
+        return resp.groups[0]
+
+    def describe(self) -> None:
+        for gid in self.args.group:
+            g = self._describe_group(gid)
+            if g.error_code:
+                print(f"Error: Executing share group command failed due to {self._error(g.error_code, g.error_message)}",
+                      file=sys.stderr)
+                self.failed = True
+                continue
+            if self.args.members:
+                self._print_members(gid, g)
+            elif self.args.state is not None:
+                self._print_state(gid, g)
+            else:
+                self._print_offsets(gid, g)
+
+    def _print_members(self, gid: str, g: Any) -> None:
+        if not g.members:
+            print(f"\nShare group '{gid}' has no active members.")
+            return
+        rows = []
+        for m in g.members:
+            by_topic = {tp.topic_name: sorted(tp.partitions) for tp in m.assignment.topic_partitions}
+            parts = [p for ps in by_topic.values() for p in ps]
+            assignment = ";".join(f"{t}:{','.join(str(p) for p in ps)}" for t, ps in sorted(by_topic.items()))
+            rows.append([gid, m.member_id, m.client_host, m.client_id, len(parts), assignment or "-"]
+                        + ([m.member_epoch] if self.args.verbose else []))
+        header = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
+        if self.args.verbose:
+            header.append("MEMBER-EPOCH")
+        print()
+        print_lines(kafka_table(header, rows, [0] * len(header)))
+
+    def _print_state(self, gid: str, g: Any) -> None:
+        conn = self.wire.group_coordinator(gid)
+        node = next((n for n, addr in self.wire.nodes().items() if f"{addr[0]}:{addr[1]}" == conn.address), -1)
+        header = ["GROUP", "COORDINATOR (ID)", "STATE", "#MEMBERS"]
+        row = [gid, f"{conn.address} ({node})", g.group_state, len(g.members)]
+        if self.args.verbose:
+            header[3:3] = ["GROUP-EPOCH", "ASSIGNMENT-EPOCH"]
+            row[3:3] = [g.group_epoch, g.assignment_epoch]
+        print()
+        print_lines(kafka_table(header, [row], [0] * len(header)))
+
+    def _print_offsets(self, gid: str, g: Any) -> None:
+        from kbroker.protocol.messages import DescribeShareGroupOffsetsRequest as Req
+
+        resp = self.wire.group_coordinator(gid).send(Req(groups=[Req.DescribeShareGroupOffsetsRequestGroup(
+            group_id=gid, topics=None)]))
+        rg = resp.groups[0]
+        if rg.error_code:
+            raise CliError(f"describing the offsets of {gid} failed: {self._error(rg.error_code, rg.error_message)}")
+        rows = []
+        for t in sorted(rg.topics, key=lambda t: t.topic_name):
+            for p in sorted(t.partitions, key=lambda p: p.partition_index):
+                start = "-" if p.start_offset < 0 or p.error_code else p.start_offset
+                lag = "-" if p.lag < 0 or p.error_code else p.lag
+                rows.append([gid, t.topic_name, p.partition_index, start, lag]
+                            + ([p.leader_epoch if p.leader_epoch >= 0 else "-"] if self.args.verbose else []))
+        if not rows:
+            print(f"\nShare group '{gid}' has no offsets.")
+            return
+        header = ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
+        if self.args.verbose:
+            header.append("LEADER-EPOCH")
+        print()
+        print_lines(kafka_table(header, rows, [0] * len(header)))
+
+    # ---- reset, delete offsets, delete
+    def _partitions(self) -> dict[str, list[int]]:
+        wanted = [parse_topic(a) for a in self.args.topic]
+        md = self.wire.metadata([t for t, _ in wanted])
+        known = {t.name: sorted(p.partition_index for p in t.partitions) for t in md.topics if not t.error_code}
+        out = {}
+        for t, ps in wanted:
+            if t not in known:
+                raise CliError(f"Error: topic {t} does not exist")
+            out[t] = ps if ps is not None else known[t]
+        return out
+
+    def _log_offsets(self, parts: dict[str, list[int]], timestamp: int) -> dict[tuple[str, int], int]:
+        from kbroker.protocol.messages import ListOffsetsRequest as Req
+
+        md = self.wire.metadata(list(parts))
+        by_leader: dict[int, dict[str, list[int]]] = {}
+        for t in md.topics:
+            for p in t.partitions:
+                if p.partition_index in parts.get(t.name, ()):
+                    by_leader.setdefault(p.leader_id, {}).setdefault(t.name, []).append(p.partition_index)
+        out = {}
+        for leader, topics in by_leader.items():
+            resp = self.wire.node(leader).send(Req(replica_id=-1, topics=[Req.ListOffsetsTopic(
+                name=t, partitions=[Req.ListOffsetsPartition(partition_index=p, timestamp=timestamp) for p in ps])
+                for t, ps in topics.items()]))
+            for t in resp.topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        raise CliError(f"ListOffsets {t.name}-{p.partition_index}: {self._error(p.error_code)}")
+                    out[(t.name, p.partition_index)] = p.offset
+        return out
+
+    def reset_offsets(self) -> None:
+        from kbroker.protocol.messages import AlterShareGroupOffsetsRequest as Req
+
+        gid = self.args.group[0]
+        parts = self._partitions()
+        if self.args.to_offset is not None:
+            plan = {(t, p): self.args.to_offset for t, ps in parts.items() for p in ps}
+        else:
+            plan = self._log_offsets(parts, -2 if self.args.to_earliest else -1)
+        errors: dict[tuple[str, int], str] = {}
+        if self.args.execute:
+            resp = self.wire.group_coordinator(gid).send(Req(group_id=gid, topics=[Req.AlterShareGroupOffsetsRequestTopic(
+                topic_name=t, partitions=[Req.AlterShareGroupOffsetsRequestPartition(
+                    partition_index=p, start_offset=plan[(t, p)]) for p in ps]) for t, ps in parts.items()]))
+            if resp.error_code:
+                raise CliError(f"Error: Assignments can only be reset if the group '{gid}' is inactive, but the "
+                               f"current state is not: {self._error(resp.error_code, resp.error_message)}")
+            for t in resp.responses:
+                for p in t.partitions:
+                    if p.error_code:
+                        errors[(t.topic_name, p.partition_index)] = self._error(p.error_code, p.error_message)
+        rows = [[gid, t, p, errors.get((t, p), off)] for (t, p), off in sorted(plan.items())]
+        print()
+        print_lines(kafka_table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], rows, [0, 0, 0, 0]))
+        self.failed = bool(errors)
+
+    def delete_offsets(self) -> None:
+        from kbroker.protocol.messages import DeleteShareGroupOffsetsRequest as Req
+
+        gid = self.args.group[0]
+        topics = [parse_topic(a)[0] for a in self.args.topic]
+        resp = self.wire.group_coordinator(gid).send(Req(group_id=gid, topics=[
+            Req.DeleteShareGroupOffsetsRequestTopic(topic_name=t) for t in topics]))
+        if resp.error_code:
+            raise CliError(f"Error: Encountered some issues while deleting offsets in the share group '{gid}': "
+                           f"{self._error(resp.error_code, resp.error_message)}")
+        rows = []
+        for t in resp.responses:
+            ok = not t.error_code
+            self.failed |= not ok
+            rows.append([t.topic_name, "Successful" if ok else f"Error: {self._error(t.error_code, t.error_message)}"])
+        print()
+        print_lines(kafka_table(["TOPIC", "STATUS"], rows, [0, 0]))
+
+    def delete(self) -> None:
+        from kbroker.protocol.messages import DeleteGroupsRequest
+
+        ok, failed = [], {}
+        for gid in self.args.group:
+            g = self._describe_group(gid)
+            if g.error_code:
+                failed[gid] = self._error(g.error_code, g.error_message)
+                continue
+            resp = self.wire.group_coordinator(gid).send(DeleteGroupsRequest(groups_names=[gid]))
+            r = resp.results[0]
+            if r.error_code:
+                failed[gid] = self._error(r.error_code)
+            else:
+                ok.append(gid)
+        if failed:
+            self.failed = True
+            print("Error: Deletion of some share groups failed:")
+            for gid, why in failed.items():
+                print(f"* Share group '{gid}' could not be deleted due to: {why}")
+        if ok:
+            print("Deletion of requested share groups (" + ", ".join(f"'{g}'" for g in ok) + ") was successful.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_args(parser, args)
+
+    def body() -> int:
+        svc = ShareGroupService(args)
+        try:
+            action = next(x for x in ACTIONS if getattr(args, x))
+            getattr(svc, action)()
+        finally:
+            svc.close()
+        sys.stdout.flush()
+        return 1 if svc.failed else 0
+
+    return run_tool(PROG, body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,446 @@
+"""Share groups (KIP-932, as Kafka 4.3 runs them): membership on the group coordinator.
+
+:class:`ShareGroupOps` is a mixin of :class:`~kbroker.coordinator.group.shard.GroupCoordinatorShard` serving
+ShareGroupHeartbeat (API 76) and ShareGroupDescribe (API 77), and the share side of ListGroups, DescribeGroups
+and DeleteGroups.
+
+Behaviour (Kafka's ``GroupMetadataManager.shareGroupHeartbeat``, re-stated):
+
+* **Validation** -> INVALID_REQUEST: empty group id or member id; empty rack id; joining (epoch 0) without
+  subscribed topic names; an epoch below -1.
+* **Group**: epoch 0 creates the group; a classic or consumer group of that id -> GROUP_ID_NOT_FOUND ("not a
+  share group"). A new member beyond ``group.share.max.size`` -> GROUP_MAX_SIZE_REACHED. Any other epoch for
+  an unknown group or member -> UNKNOWN_MEMBER_ID.
+* **Member epoch**: share members never revoke partitions, so the member's epoch must equal the coordinator's
+  (else FENCED_MEMBER_EPOCH). A subscription change, a member joining or leaving or a change of the subscribed
+  topics' partition counts bumps the group epoch; the target assignment is computed again (the simple assignor
+  below) and every member moves to the new epoch on its next heartbeat, with its new assignment.
+* **Assignment** (Kafka's share ``SimpleAssignor``, homogeneous case re-stated): every partition of the
+  subscribed topics gets at least one member and the members are spread evenly: with at least as many members
+  as partitions, member *i* (members sorted by id) gets partition *i mod P*, so a partition is shared by
+  several members; with more partitions than members, partition *j* goes to member *j mod M*. A member only
+  gets partitions of topics it subscribes to.
+* **Response**: member id, epoch, ``group.share.heartbeat.interval.ms`` and the assignment when the member
+  joined or its assignment or epoch changed (else null). A member that does not heartbeat within
+  ``group.share.session.timeout.ms`` is removed; so is one that leaves with epoch -1. Removing a member calls
+  the ``on_share_member_removed`` hook (the broker releases the records it had acquired here).
+
+State lives in ``__consumer_offsets`` as Kafka's coordinator writes it: ``ShareGroupMemberMetadata`` (type 10),
+``ShareGroupMetadata`` (11, the group epoch), ``ShareGroupTargetAssignmentMetadata`` (12),
+``ShareGroupTargetAssignmentMember`` (13) and ``ShareGroupCurrentMemberAssignment`` (14); operations return
+records and the state changes only when they are replayed, so a coordinator that loads the partition has the
+same groups (members get a fresh session timer). ``ShareGroupStatePartitionMetadata`` (15, which partitions'
+share state was initialized) is not written: share partitions start their state on the first ShareFetch.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from kbroker.coordinator.runtime import CoordinatorRecord, CoordinatorResult
+from kbroker.protocol import coordinator_records as cr
+from kbroker.protocol.errors import ErrorCode
+from kbroker.protocol.messages import (
+    ListGroupsResponse,
+    ShareGroupDescribeResponse,
+    ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse,
+)
+
+log = logging.getLogger(__name__)
+
+SHARE_GROUP_TYPE = "share"
+#: ListGroups ``ProtocolType`` of a share group (Kafka's ``ShareGroup.PROTOCOL_TYPE``)
+SHARE_PROTOCOL_TYPE = "share"
+SHARE_ASSIGNOR_NAME = "simple"
+LEAVE_GROUP_MEMBER_EPOCH = -1
+
+Resp = ShareGroupHeartbeatResponse
+Described = ShareGroupDescribeResponse
+#: topic id -> partitions
+Partitions = dict[bytes, frozenset[int]]
+#: the share group record keys of ``__consumer_offsets`` (types 10-15)
+SHARE_GROUP_KEYS = (cr.ShareGroupMemberMetadataKey, cr.ShareGroupMetadataKey, cr.ShareGroupTargetAssignmentMetadataKey,
+                    cr.ShareGroupTargetAssignmentMemberKey, cr.ShareGroupCurrentMemberAssignmentKey,
+                    cr.ShareGroupStatePartitionMetadataKey)
+
+
+class ShareGroupState(enum.Enum):
+    EMPTY = "Empty"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+@dataclass
+class ShareGroupMember:
+    member_id: str
+    member_epoch: int = 0
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    subscribed_topic_names: tuple[str, ...] = ()
+    assigned: Partitions = field(default_factory=dict)
+
+
+@dataclass
+class ShareGroup:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    members: dict[str, ShareGroupMember] = field(default_factory=dict)
+    #: member id -> target partitions (at ``assignment_epoch``)
+    target: dict[str, Partitions] = field(default_factory=dict)
+    #: topic name -> (topic id, partition count) the target was computed from
+    topics_seen: dict[str, tuple[bytes, int]] = field(default_factory=dict)
+
+    @property
+    def state(self) -> ShareGroupState:
+        return ShareGroupState.STABLE if self.members else ShareGroupState.EMPTY
+
+    def subscribed_topics(self) -> set[str]:
+        return {t for m in self.members.values() for t in m.subscribed_topic_names}
+
+
+def simple_assignment(members: dict[str, ShareGroupMember],
+                      topics: dict[str, tuple[bytes, int]]) -> dict[str, Partitions]:
+    """The share ``SimpleAssignor`` as described in the module docstring: member id -> topic id -> partitions."""
+    out: dict[str, dict[bytes, set[int]]] = {mid: {} for mid in members}
+    for name, (tid, count) in sorted(topics.items()):
+        subscribers = sorted(mid for mid, m in members.items() if name in m.subscribed_topic_names)
+        if not subscribers or count <= 0:
+            continue
+        if len(subscribers) >= count:
+            for i, mid in enumerate(subscribers):
+                out[mid].setdefault(tid, set()).add(i % count)
+        else:
+            for p in range(count):
+                out[subscribers[p % len(subscribers)]].setdefault(tid, set()).add(p)
+    return {mid: {tid: frozenset(ps) for tid, ps in parts.items()} for mid, parts in out.items()}
+
+
+def session_key(group_id: str, member_id: str) -> str:
+    return f"share-session-{group_id}-{member_id}"
+
+
+class _HeartbeatError(Exception):
+    def __init__(self, code: int, message: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _assignment(partitions: Partitions) -> Resp.Assignment:
+    return Resp.Assignment(topic_partitions=[Resp.TopicPartitions(topic_id=tid, partitions=sorted(ps))
+                                             for tid, ps in sorted(partitions.items())])
+
+
+class ShareGroupOps:
+    """Mixin: the share-group side of the shard. The host provides ``config`` (``share_*`` fields),
+    ``timer``, ``loaded``, ``groups`` (classic), ``consumer_groups`` and ``image_provider``. Operations return
+    records; state changes only in :meth:`replay_share_group_record`."""
+
+    share_groups: dict[str, ShareGroup]
+    #: called with (group id, member id) when a member leaves or is fenced (set by the broker)
+    on_share_member_removed: Callable[[str, str], None] | None = None
+    #: called with the group id when a share group is deleted (the broker deletes its share state)
+    on_share_group_deleted: Callable[[str], None] | None = None
+
+    def _init_share_groups(self) -> None:
+        self.share_groups = {}
+
+    def _share_topics(self, names: set[str]) -> dict[str, tuple[bytes, int]]:
+        image = self.image_provider() if self.image_provider is not None else None  # type: ignore[attr-defined]
+        out = {}
+        for name in names:
+            t = image.topics_by_name.get(name) if image is not None else None
+            if t is not None:
+                out[name] = (t.topic_id, len(t.partitions))
+        return out
+
+    # ==================================================================================== replay
+    def replay_share_group_record(self, record: CoordinatorRecord) -> bool:
+        """Apply a share-group record (types 10-15); False if ``record`` is not one."""
+        key, value = record.key, record.value
+        if not isinstance(key, SHARE_GROUP_KEYS):
+            return False
+        gid = key.group_id
+        group = self.share_groups.get(gid)
+        if group is None:
+            if value is None or isinstance(key, cr.ShareGroupStatePartitionMetadataKey):
+                return True
+            group = self.share_groups[gid] = ShareGroup(gid)
+            self.groups.pop(gid, None)  # type: ignore[attr-defined]  # an empty classic group gave way
+        if isinstance(key, cr.ShareGroupMetadataKey):
+            if value is None:
+                for mid in list(group.members):
+                    self.timer.cancel(session_key(gid, mid))  # type: ignore[attr-defined]
+                del self.share_groups[gid]
+                if self.on_share_group_deleted is not None and self.loaded:  # type: ignore[attr-defined]
+                    self.on_share_group_deleted(gid)
+            else:
+                group.group_epoch = value.epoch
+        elif isinstance(key, cr.ShareGroupMemberMetadataKey):
+            if value is None:
+                if group.members.pop(key.member_id, None) is not None:
+                    group.target.pop(key.member_id, None)
+                    self.timer.cancel(session_key(gid, key.member_id))  # type: ignore[attr-defined]
+                    self._share_member_gone(gid, key.member_id)
+            else:
+                m = group.members.get(key.member_id) or ShareGroupMember(key.member_id)
+                m.rack_id = value.rack_id or None
+                m.client_id, m.client_host = value.client_id, value.client_host
+                m.subscribed_topic_names = tuple(value.subscribed_topic_names)
+                group.members[key.member_id] = m
+        elif isinstance(key, cr.ShareGroupTargetAssignmentMetadataKey):
+            if value is not None:
+                group.assignment_epoch = value.assignment_epoch
+                # what the target was computed from (in memory only; Kafka keeps a hash in ShareGroupMetadata)
+                group.topics_seen = self._share_topics(group.subscribed_topics())
+        elif isinstance(key, cr.ShareGroupTargetAssignmentMemberKey):
+            if value is None:
+                group.target.pop(key.member_id, None)
+            else:
+                group.target[key.member_id] = _partitions_of(value.topic_partitions)
+        elif isinstance(key, cr.ShareGroupCurrentMemberAssignmentKey):
+            m = group.members.get(key.member_id)
+            if value is not None:
+                if m is None:
+                    m = group.members[key.member_id] = ShareGroupMember(key.member_id)
+                m.member_epoch = value.member_epoch
+                m.assigned = _partitions_of(value.assigned_partitions)
+        return True
+
+    def _share_member_gone(self, group_id: str, member_id: str) -> None:
+        hook = self.on_share_member_removed
+        if hook is not None and self.loaded:  # type: ignore[attr-defined]
+            try:
+                hook(group_id, member_id)
+            except Exception:  # noqa: BLE001 - the hook must not break the coordinator
+                log.exception("share group %s: member removal hook failed", group_id)
+
+    def _share_groups_loaded(self) -> None:
+        """After loading: every member gets a session timer; the topics the targets were computed from are
+        taken from the current image (a change while the group was not served shows on the next heartbeat)."""
+        for group in self.share_groups.values():
+            group.topics_seen = self._share_topics(group.subscribed_topics())
+            for mid in group.members:
+                self._schedule_share_session_timeout(group.group_id, mid)
+
+    # ==================================================================================== heartbeat
+    def share_group_heartbeat(self, meta: Any, request: ShareGroupHeartbeatRequest) -> CoordinatorResult[Resp]:
+        try:
+            return self._share_group_heartbeat(meta, request)
+        except _HeartbeatError as exc:
+            return CoordinatorResult(response=Resp(error_code=exc.code, error_message=exc.message))
+
+    def _share_group_heartbeat(self, meta: Any, r: ShareGroupHeartbeatRequest) -> CoordinatorResult[Resp]:
+        config = self.config  # type: ignore[attr-defined]
+        if not r.group_id:
+            raise _HeartbeatError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
+        if not r.member_id:
+            raise _HeartbeatError(ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
+        if r.rack_id == "":
+            raise _HeartbeatError(ErrorCode.INVALID_REQUEST, "RackId can't be empty.")
+        epoch = r.member_epoch
+        if epoch < LEAVE_GROUP_MEMBER_EPOCH:
+            raise _HeartbeatError(ErrorCode.INVALID_REQUEST, "MemberEpoch is invalid.")
+        if epoch == 0 and not r.subscribed_topic_names:
+            raise _HeartbeatError(ErrorCode.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.")
+        gid = r.group_id
+        records: list[CoordinatorRecord] = []
+        if gid in self.consumer_groups:  # type: ignore[attr-defined]
+            raise _HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a share group.")
+        classic = self.groups.get(gid)  # type: ignore[attr-defined]
+        if classic is not None:
+            if classic.members or epoch != 0:
+                raise _HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a share group.")
+            from kbroker.coordinator.group.records import group_metadata_tombstone
+            records.append(group_metadata_tombstone(gid))  # an empty classic group makes way
+        group = self.share_groups.get(gid)
+        if epoch == LEAVE_GROUP_MEMBER_EPOCH:
+            if group is None or r.member_id not in group.members:
+                raise _HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                      f"Member {r.member_id} is not a member of group {gid}.")
+            return CoordinatorResult(
+                self._remove_share_member_records(group, r.member_id),
+                Resp(member_id=r.member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
+                     heartbeat_interval_ms=config.share_group_heartbeat_interval_ms))
+        if group is None:
+            if epoch != 0:
+                raise _HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Group {gid} not found.")
+            group = ShareGroup(gid)  # created by the replay of the records below
+        old = group.members.get(r.member_id)
+        if old is None:
+            if epoch != 0:
+                raise _HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                      f"Member {r.member_id} is not a member of group {gid}.")
+            if len(group.members) >= config.share_group_max_size:
+                raise _HeartbeatError(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                                      f"The share group has reached its maximum capacity of "
+                                      f"{config.share_group_max_size} members.")
+        elif epoch != old.member_epoch and epoch != 0:
+            raise _HeartbeatError(ErrorCode.FENCED_MEMBER_EPOCH,
+                                  f"The share group member has a different member epoch ({epoch}) than the one "
+                                  f"known by the group coordinator ({old.member_epoch}).")
+        member = replace(old) if old is not None else ShareGroupMember(
+            r.member_id, client_id=meta.client_id, client_host=meta.client_host)
+        if r.rack_id is not None:
+            member.rack_id = r.rack_id
+        if r.subscribed_topic_names is not None:
+            member.subscribed_topic_names = tuple(sorted(set(r.subscribed_topic_names)))
+        bump = old is None or member.subscribed_topic_names != old.subscribed_topic_names
+        if old is None or (member.rack_id, member.subscribed_topic_names) != (old.rack_id,
+                                                                               old.subscribed_topic_names):
+            records.append(_member_record(gid, member))
+        members = dict(group.members)
+        members[member.member_id] = member
+        topics = self._share_topics({t for m in members.values() for t in m.subscribed_topic_names})
+        if topics != group.topics_seen:
+            bump = True
+        group_epoch = group.group_epoch + 1 if bump else group.group_epoch
+        if bump:
+            records.append(CoordinatorRecord(cr.ShareGroupMetadataKey(group_id=gid),
+                                             cr.ShareGroupMetadataValue(epoch=group_epoch), 0))
+        target = group.target
+        assignment_epoch = group.assignment_epoch
+        if assignment_epoch < group_epoch:
+            target = simple_assignment(members, topics)
+            for mid, parts in sorted(target.items()):
+                if group.target.get(mid) != parts:
+                    records.append(CoordinatorRecord(
+                        cr.ShareGroupTargetAssignmentMemberKey(group_id=gid, member_id=mid),
+                        cr.ShareGroupTargetAssignmentMemberValue(topic_partitions=[
+                            cr.ShareGroupTargetAssignmentMemberValue.TopicPartition(topic_id=t, partitions=sorted(ps))
+                            for t, ps in sorted(parts.items())]), 0))
+            assignment_epoch = group_epoch
+            records.append(CoordinatorRecord(
+                cr.ShareGroupTargetAssignmentMetadataKey(group_id=gid),
+                cr.ShareGroupTargetAssignmentMetadataValue(assignment_epoch=assignment_epoch,
+                                                           assignment_timestamp=self.now_ms()), 0))  # type: ignore[attr-defined]
+        changed = epoch == 0
+        new_assigned = target.get(member.member_id, {})
+        if member.member_epoch != assignment_epoch or member.assigned != new_assigned or old is None:
+            previous = member.member_epoch
+            member.member_epoch = assignment_epoch
+            member.assigned = new_assigned
+            records.append(CoordinatorRecord(
+                cr.ShareGroupCurrentMemberAssignmentKey(group_id=gid, member_id=member.member_id),
+                cr.ShareGroupCurrentMemberAssignmentValue(
+                    member_epoch=member.member_epoch, previous_member_epoch=previous, state=0,
+                    assigned_partitions=[cr.ShareGroupCurrentMemberAssignmentValue.TopicPartitions(
+                        topic_id=t, partitions=sorted(ps)) for t, ps in sorted(new_assigned.items())]), 0))
+            changed = True
+        self._schedule_share_session_timeout(gid, member.member_id)
+        return CoordinatorResult(records, Resp(
+            member_id=member.member_id, member_epoch=member.member_epoch,
+            heartbeat_interval_ms=config.share_group_heartbeat_interval_ms,
+            assignment=_assignment(member.assigned) if changed else None))
+
+    def _remove_share_member_records(self, group: ShareGroup, member_id: str) -> list[CoordinatorRecord]:
+        """Tombstones of the member's records (current assignment, target, metadata) and the next group epoch."""
+        gid = group.group_id
+        self.timer.cancel(session_key(gid, member_id))  # type: ignore[attr-defined]
+        return [CoordinatorRecord(cr.ShareGroupCurrentMemberAssignmentKey(group_id=gid, member_id=member_id), None),
+                CoordinatorRecord(cr.ShareGroupTargetAssignmentMemberKey(group_id=gid, member_id=member_id), None),
+                CoordinatorRecord(cr.ShareGroupMemberMetadataKey(group_id=gid, member_id=member_id), None),
+                CoordinatorRecord(cr.ShareGroupMetadataKey(group_id=gid),
+                                  cr.ShareGroupMetadataValue(epoch=group.group_epoch + 1), 0)]
+
+    def _schedule_share_session_timeout(self, group_id: str, member_id: str) -> None:
+        self.timer.schedule(session_key(group_id, member_id),  # type: ignore[attr-defined]
+                            self.config.share_group_session_timeout_ms,  # type: ignore[attr-defined]
+                            lambda: self._on_share_session_timeout(group_id, member_id))
+
+    def _on_share_session_timeout(self, group_id: str, member_id: str) -> CoordinatorResult[None]:
+        group = self.share_groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return CoordinatorResult()
+        log.info("share group %s: member %s removed: no heartbeat within %d ms", group_id, member_id,
+                 self.config.share_group_session_timeout_ms)  # type: ignore[attr-defined]
+        return CoordinatorResult(self._remove_share_member_records(group, member_id))
+
+    def share_groups_unloaded(self) -> None:
+        for group in self.share_groups.values():
+            for mid in group.members:
+                self.timer.cancel(session_key(group.group_id, mid))  # type: ignore[attr-defined]
+
+    # ==================================================================================== describe, list
+    def share_group_describe(self, group_id: str, include_authorized_operations: bool,
+                             authorized_operations: int) -> Described.DescribedGroup:
+        group = self.share_groups.get(group_id)
+        if group is None:
+            known = group_id in self.groups or group_id in self.consumer_groups  # type: ignore[attr-defined]
+            message = f"Group {group_id} is not a share group." if known else f"Group {group_id} not found."
+            return Described.DescribedGroup(error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=message,
+                                            group_id=group_id)
+        image = self.image_provider() if self.image_provider is not None else None  # type: ignore[attr-defined]
+
+        def tps(partitions: Partitions) -> Described.Assignment:
+            out = []
+            for tid, ps in sorted(partitions.items()):
+                t = image.topics_by_id.get(tid) if image is not None else None
+                if t is not None:
+                    out.append(Described.TopicPartitions(topic_id=tid, topic_name=t.name, partitions=sorted(ps)))
+            return Described.Assignment(topic_partitions=out)
+
+        members = [Described.Member(member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
+                                    client_id=m.client_id, client_host=m.client_host,
+                                    subscribed_topic_names=list(m.subscribed_topic_names), assignment=tps(m.assigned))
+                   for m in group.members.values()]
+        return Described.DescribedGroup(
+            group_id=group_id, group_state=group.state.value, group_epoch=group.group_epoch,
+            assignment_epoch=group.assignment_epoch, assignor_name=SHARE_ASSIGNOR_NAME, members=members,
+            authorized_operations=authorized_operations if include_authorized_operations else -2147483648)
+
+    def list_share_groups(self, states: set[str] | None,
+                          types: set[str] | None) -> list[ListGroupsResponse.ListedGroup]:
+        if types and SHARE_GROUP_TYPE not in types:
+            return []
+        out = []
+        for group in self.share_groups.values():
+            state = group.state.value
+            if states and state.lower() not in states:
+                continue
+            out.append(ListGroupsResponse.ListedGroup(group_id=group.group_id, protocol_type=SHARE_PROTOCOL_TYPE,
+                                                      group_state=state, group_type=SHARE_GROUP_TYPE))
+        return out
+
+    def share_group_admin_check(self, group_id: str, need_empty: bool) -> tuple[int, str | None]:
+        """For the share-group offset APIs: (NONE, None), or GROUP_ID_NOT_FOUND (no share group of that id),
+        NON_EMPTY_GROUP (``need_empty`` and the group has members), with a message."""
+        group = self.share_groups.get(group_id)
+        if group is None:
+            known = group_id in self.groups or group_id in self.consumer_groups  # type: ignore[attr-defined]
+            return ErrorCode.GROUP_ID_NOT_FOUND, (f"Group {group_id} is not a share group." if known
+                                                  else f"Group {group_id} not found.")
+        if need_empty and group.members:
+            return ErrorCode.NON_EMPTY_GROUP, "The group is not empty."
+        return ErrorCode.NONE, None
+
+    def share_group_tombstones(self, group_id: str) -> tuple[int, list[CoordinatorRecord]]:
+        """DeleteGroups of a share group: (NONE and the group's tombstones) or (NON_EMPTY_GROUP, [])."""
+        group = self.share_groups[group_id]
+        if group.members:
+            return ErrorCode.NON_EMPTY_GROUP, []
+        return ErrorCode.NONE, [
+            CoordinatorRecord(cr.ShareGroupStatePartitionMetadataKey(group_id=group_id), None),
+            CoordinatorRecord(cr.ShareGroupTargetAssignmentMetadataKey(group_id=group_id), None),
+            CoordinatorRecord(cr.ShareGroupMetadataKey(group_id=group_id), None)]
+
+
+def _member_record(group_id: str, m: ShareGroupMember) -> CoordinatorRecord:
+    return CoordinatorRecord(cr.ShareGroupMemberMetadataKey(group_id=group_id, member_id=m.member_id),
+                             cr.ShareGroupMemberMetadataValue(rack_id=m.rack_id, client_id=m.client_id,
+                                                              client_host=m.client_host,
+                                                              subscribed_topic_names=list(m.subscribed_topic_names)),
+                             0)
+
+
+def _partitions_of(items: Any) -> Partitions:
+    out: dict[bytes, frozenset[int]] = {}
+    for tp in items:
+        out[tp.topic_id] = frozenset(tp.partitions)
+    return out

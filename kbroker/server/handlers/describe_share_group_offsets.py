@@ -1,0 +1,104 @@
+"""DescribeShareGroupOffsets (API key 90), versions 0-1: the share-partition start offsets of share groups
+(KIP-932; the Admin client's ``listShareGroupOffsets``, ``kafka-share-groups.sh --describe --offsets``).
+
+Behavior: per group, per requested partition (``Topics`` null: every share partition of the group with a
+state): ``StartOffset`` is the share-partition start offset from ``__share_group_state`` (-1 while the
+partition has no state yet), ``LeaderEpoch`` the one written with it, and (v1) ``Lag`` the records between the
+start offset and the high watermark not yet acknowledged or archived (-1 when unknown, e.g. the partition is not
+led here). Errors: group level GROUP_ID_NOT_FOUND (no share group of that id), GROUP_AUTHORIZATION_FAILED (no
+DESCRIBE on the group), the coordinator errors; partition level UNKNOWN_TOPIC_OR_PARTITION,
+TOPIC_AUTHORIZATION_FAILED (no DESCRIBE on the topic), and NOT_COORDINATOR when the state is kept by another node
+(the inter-broker ReadShareGroupStateSummary is not implemented).
+Version notes: v1 adds ``Lag``.
+"""
+
+from __future__ import annotations
+
+from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.errors import ErrorCode, KafkaError
+from kbroker.protocol.messages import DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse
+from kbroker.server.authorizer import AclOperation, ResourceType
+from kbroker.server.handlers import common
+from kbroker.server.share.manager import share_groups_enabled
+
+API_KEY = ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS
+VERSIONS = range(0, 2)
+
+Resp = DescribeShareGroupOffsetsResponse
+_DONE = (2, 4)  # Acknowledged, Archived
+
+
+def _lag(ctx, topic: str, partition: int, state) -> int:  # noqa: ANN001
+    if state is None:
+        return -1
+    try:
+        part = ctx.broker.replica_manager.get_partition(topic, partition)
+    except KafkaError:
+        return -1
+    if not part.is_leader:
+        return -1
+    done = sum(b.last_offset - b.first_offset + 1 for b in state.state_batches if b.delivery_state in _DONE)
+    return max(0, part.high_watermark - state.start_offset - done)
+
+
+async def handle(ctx, request: DescribeShareGroupOffsetsRequest) -> DescribeShareGroupOffsetsResponse:
+    broker = ctx.broker
+    sc = broker.share_coordinator
+    image = broker.controller.image
+    resp = Resp()
+    for g in request.groups:
+        out = Resp.DescribeShareGroupOffsetsResponseGroup(group_id=g.group_id)
+        resp.groups.append(out)
+        if not share_groups_enabled(broker):
+            out.error_code = ErrorCode.UNSUPPORTED_VERSION
+            continue
+        if broker.authorizer is not None and not common.authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP,
+                                                                  g.group_id):
+            out.error_code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+            continue
+        code, message = broker.group_coordinator.share_group_admin_check(g.group_id, need_empty=False)
+        if code:
+            out.error_code, out.error_message = code, message
+            continue
+        if g.topics is None:
+            wanted: list[tuple[str, bytes | None, list[int]]] = []
+            by_topic: dict[bytes, list[int]] = {}
+            for tid, p, _ in sc.states_of_group(g.group_id):
+                by_topic.setdefault(tid, []).append(p)
+            for tid, ps in by_topic.items():
+                t = image.topics_by_id.get(tid)
+                if t is not None:
+                    wanted.append((t.name, tid, sorted(ps)))
+        else:
+            wanted = []
+            for rt in g.topics:
+                t = image.topics_by_name.get(rt.topic_name)
+                wanted.append((rt.topic_name, t.topic_id if t is not None else None, list(rt.partitions)))
+        denied: set[str] = set()
+        if broker.authorizer is not None:
+            names = [name for name, _, _ in wanted]
+            denied = set(names) - common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+        for name, tid, partitions in wanted:
+            topic = Resp.DescribeShareGroupOffsetsResponseTopic(topic_name=name, topic_id=tid or b"\0" * 16)
+            out.topics.append(topic)
+            t = image.topics_by_id.get(tid) if tid is not None else None
+            for p in partitions:
+                pd = Resp.DescribeShareGroupOffsetsResponsePartition(partition_index=p, start_offset=-1,
+                                                                     leader_epoch=-1, lag=-1)
+                topic.partitions.append(pd)
+                if name in denied:
+                    pd.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    continue
+                if t is None or p not in t.partitions:
+                    pd.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                try:
+                    state = sc.read_state(g.group_id, tid, p) if sc.topic_exists() else None
+                except KafkaError as exc:
+                    pd.error_code = exc.code
+                    continue
+                if state is not None:
+                    pd.start_offset, pd.leader_epoch = state.start_offset, state.leader_epoch
+                if ctx.api_version >= 1:
+                    pd.lag = _lag(ctx, name, p, state)
+    return resp

@@ -1,0 +1,223 @@
+"""Where share partitions keep their state: the share coordinator (``__share_group_state``, KIP-932).
+
+:class:`SharePersister` is the persister of :class:`~kbroker.server.share.manager.SharePartitionManager`. For
+each share partition the state lives in the ``__share_group_state`` partition of its key
+(``group:topicId:partition``); when this node leads that partition the share coordinator is called in-process,
+otherwise its leader gets ReadShareGroupState / WriteShareGroupState over the inter-broker listener (Kafka's
+``DefaultStatePersister`` does the same with FindCoordinator key type 2).
+
+* ``load(group, topic id, partition)`` -> ``(SPSO, [(first, last, state, delivery count)])`` or None (no state
+  yet: the share partition starts from ``share.auto.offset.reset``). Raises KafkaError
+  COORDINATOR_LOAD_IN_PROGRESS while the state is not known yet: its partition is being replayed here, has no
+  leader, or a remote read is under way (the share partition waits and its fetches ask again). The topic is
+  created on first use.
+* ``save(...)`` writes the state: in-process at once, or queued for the remote coordinator (one request in
+  flight per share partition, the newest state only; retried every 200 ms while the coordinator is
+  unavailable). Writes carry the partition's leader epoch: a stale leader is fenced (FENCED_LEADER_EPOCH).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from kbroker.protocol.api_keys import ApiKey
+from kbroker.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, bytes, int]
+Batches = list[tuple[int, int, int, int]]
+#: how long a remote state request may take, s
+REQUEST_TIMEOUT_S = 5.0
+RETRY_S = 0.2
+_RETRIABLE = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+              ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT}
+
+
+class SharePersister:
+    """See the module docstring. ``broker`` gives ``node_id``, ``controller.image`` and
+    ``inter_broker_channels``; ``share_coordinator`` is this node's
+    :class:`~kbroker.coordinator.share.service.ShareCoordinator`."""
+
+    def __init__(self, share_coordinator: Any, broker: Any = None) -> None:
+        self.coordinator = share_coordinator
+        self.broker = broker
+        self._channels: Any = None
+        self._reads: dict[Key, asyncio.Task[None]] = {}
+        self._read_results: dict[Key, tuple[int, Batches] | None] = {}
+        self._pending: dict[Key, tuple[int, Batches, int]] = {}
+        self._writers: dict[Key, asyncio.Task[None]] = {}
+        self._warned: set[int] = set()
+
+    # ---- where the state lives
+    def _state_leader(self, key: Key) -> int:
+        """The node leading the state's ``__share_group_state`` partition (-1: none)."""
+        sc = self.coordinator
+        topic = sc.controller.image.topics_by_name.get(sc.topic)
+        p = topic.partitions.get(sc.partition_for(*key)) if topic is not None else None
+        return p.leader if p is not None else -1
+
+    def _remote(self, key: Key) -> int | None:
+        """The remote node to ask, or None to use the local coordinator."""
+        if self.broker is None:
+            return None
+        leader = self._state_leader(key)
+        return None if leader == self.coordinator.node_id else leader
+
+    def _channel(self, node: int) -> Any:
+        if self._channels is None:
+            self._channels = self.broker.inter_broker_channels(f"kbroker-{self.broker.node_id}-share-persister")
+        return self._channels.get(self.broker.controller.image, node)
+
+    def ensure_topic(self) -> None:
+        """Create ``__share_group_state``: through the controller here, or (a cluster node that is not the active
+        controller) with a CreateTopics forwarded to it, as FindCoordinator does."""
+        sc = self.coordinator
+        quorum = getattr(self.broker, "metadata_quorum", None)
+        if quorum is not None and not sc.controller.is_active:
+            from kbroker.coordinator.service_support import internal_topic_replication
+
+            name, partitions, replication, configs = sc.internal_topic_spec()
+            quorum.create_topic_soon(name, partitions, internal_topic_replication(sc.controller, replication),
+                                     configs)
+        else:
+            sc.ensure_topic()
+
+    # ---- load
+    def load(self, group_id: str, topic_id: bytes, partition: int) -> tuple[int, Batches] | None:
+        sc = self.coordinator
+        key = (group_id, topic_id, partition)
+        if not sc.topic_exists():
+            self.ensure_topic()
+            return None
+        remote = self._remote(key)
+        if remote is None:
+            return self._load_local(key)
+        if key in self._read_results:
+            return self._read_results.pop(key)
+        if remote >= 0 and key not in self._reads:
+            self._reads[key] = asyncio.get_running_loop().create_task(self._remote_read(key, remote))
+        raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+
+    def _load_local(self, key: Key) -> tuple[int, Batches] | None:
+        sc = self.coordinator
+        if sc.is_loading(*key):
+            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        try:
+            value = sc.read_state(*key)
+        except KafkaError as exc:  # led here by the image, not loaded yet: wait for it
+            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, exc.message) from None
+        if value is None:
+            return None
+        return value.start_offset, [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                                    for b in value.state_batches]
+
+    async def _remote_read(self, key: Key, node: int) -> None:
+        from kbroker.protocol.messages import ReadShareGroupStateRequest as Req
+
+        group_id, topic_id, partition = key
+        try:
+            ch = self._channel(node)
+            if ch is None:
+                return
+            resp = await ch.request(ApiKey.READ_SHARE_GROUP_STATE, 0, Req(group_id=group_id, topics=[
+                Req.ReadStateData(topic_id=topic_id, partitions=[Req.PartitionData(partition=partition)])]),
+                REQUEST_TIMEOUT_S)
+            pr = resp.results[0].partitions[0]
+            if pr.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                self._read_results[key] = None
+            elif pr.error_code == ErrorCode.NONE:
+                self._read_results[key] = (pr.start_offset, [
+                    (b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in pr.state_batches])
+            else:
+                log.info("reading share state %s from node %d: %s", key, node, ErrorCode(pr.error_code).name)
+                await asyncio.sleep(RETRY_S)
+        except Exception as exc:  # noqa: BLE001 - NodeRequestError, a malformed answer: asked again later
+            log.info("reading share state %s from node %d failed: %s", key, node, exc)
+            await asyncio.sleep(RETRY_S)
+        finally:
+            self._reads.pop(key, None)
+
+    # ---- save
+    def save(self, group_id: str, topic_id: bytes, partition: int, start_offset: int, batches: Batches,
+             leader_epoch: int = 0) -> None:
+        key = (group_id, topic_id, partition)
+        if key not in self._writers and self._remote(key) is None:
+            code = self._write_local(key, start_offset, batches, leader_epoch)
+            if code not in _RETRIABLE:
+                if code:
+                    self._warn(self.coordinator.partition_for(*key), code)
+                return
+        self._pending[key] = (start_offset, batches, leader_epoch)  # after the writes before it, newest only
+        if key not in self._writers:
+            self._writers[key] = asyncio.get_running_loop().create_task(self._drain(key))
+
+    def _write_local(self, key: Key, start_offset: int, batches: Batches, leader_epoch: int) -> int:
+        try:
+            return self.coordinator.write_update(*key, 0, leader_epoch, start_offset, batches)
+        except KafkaError as exc:
+            return exc.code
+
+    async def _write_remote(self, key: Key, node: int, start: int, batches: Batches, leader_epoch: int) -> int:
+        from kbroker.protocol.messages import WriteShareGroupStateRequest as Req
+
+        group_id, topic_id, partition = key
+        ch = self._channel(node) if node >= 0 else None
+        if ch is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        try:
+            resp = await ch.request(ApiKey.WRITE_SHARE_GROUP_STATE, 0, Req(group_id=group_id, topics=[
+                Req.WriteStateData(topic_id=topic_id, partitions=[Req.PartitionData(
+                    partition=partition, state_epoch=0, leader_epoch=leader_epoch, start_offset=start,
+                    state_batches=[Req.StateBatch(first_offset=f, last_offset=la, delivery_state=st,
+                                                  delivery_count=c) for f, la, st, c in batches])])]),
+                REQUEST_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - NodeRequestError: the coordinator may have moved
+            log.info("writing share state %s to node %d failed: %s", key, node, exc)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return resp.results[0].partitions[0].error_code
+
+    async def _drain(self, key: Key) -> None:
+        """Write the newest pending state of ``key`` until none is left; retriable errors (the coordinator moving
+        or loading) are retried every :data:`RETRY_S`."""
+        try:
+            while key in self._pending:
+                start, batches, leader_epoch = self._pending.pop(key)
+                node = self._remote(key)
+                if node is None:
+                    code = self._write_local(key, start, batches, leader_epoch)
+                else:
+                    code = await self._write_remote(key, node, start, batches, leader_epoch)
+                if code in _RETRIABLE:
+                    self._pending.setdefault(key, (start, batches, leader_epoch))  # unless a newer one waits
+                    await asyncio.sleep(RETRY_S)
+                elif code:
+                    self._warn(self.coordinator.partition_for(*key), code)
+        finally:
+            self._writers.pop(key, None)
+
+    # ---- delete
+    def delete_group(self, group_id: str) -> None:
+        """Delete every persisted share-partition state of ``group_id`` kept here (DeleteGroups)."""
+        sc = self.coordinator
+        if not sc.topic_exists():
+            return
+        for topic_id, partition, _ in sc.states_of_group(group_id):
+            try:
+                sc.delete_state(group_id, topic_id, partition)
+            except KafkaError as exc:
+                self._warn(sc.partition_for(group_id, topic_id, partition), exc.code)
+
+    async def close(self) -> None:
+        for task in list(self._reads.values()) + list(self._writers.values()):
+            task.cancel()
+        if self._channels is not None:
+            await self._channels.close()
+
+    def _warn(self, state_partition: int, code: int) -> None:
+        if state_partition not in self._warned:
+            self._warned.add(state_partition)
+            log.warning("share state in __share_group_state-%d not written (%s)", state_partition,
+                        ErrorCode(code).name)
