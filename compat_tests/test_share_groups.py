@@ -740,3 +740,35 @@ def test_java_admin_share_group_offsets(kbroker_factory, share_driver):
     assert java_admin(share_driver, "delete-offsets", "--bootstrap", broker.bootstrap, "--group", group,
                       "--topic", topic)["event"] == "deleted-offsets"
     assert java_admin(share_driver, "offsets", "--bootstrap", broker.bootstrap, "--group", group)["offsets"] == {}
+
+
+def test_group_config_share_auto_offset_reset_earliest(kbroker_factory):
+    """``share.auto.offset.reset=earliest`` set on the group (ConfigResource GROUP, IncrementalAlterConfigs) makes
+    a new share group start at the log start: records produced before any consumer existed are delivered.
+    With the default (latest) they are not."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    broker = kbroker_factory({"group.share.heartbeat.interval.ms": 500})
+    topic = make_topic(broker.bootstrap)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for i in range(10):
+        producer.produce(topic, f"old-{i}".encode())
+    assert producer.flush(10) == 0
+    early, late = unique("sg-early"), unique("sg-late")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    res = ConfigResource(ResourceType.GROUP, early, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(10)
+
+    def read(group: str, seconds: float) -> list[bytes]:
+        c = consumer(broker.bootstrap, group)
+        c.subscribe([topic])
+        out: list[bytes] = []
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and len(out) < 10:
+            out.extend(m.value() for m in data_messages(c.poll(0.5)))
+        c.close()
+        return out
+
+    assert sorted(read(early, 20)) == sorted(f"old-{i}".encode() for i in range(10))
+    assert read(late, 4) == []
