@@ -95,7 +95,7 @@ def test_topics_create_describe_alter_list_delete(bootstrap_servers):
     desc = cli("kbroker-topics", "--bootstrap-server", bootstrap_servers, "--describe", "--topic", topic).stdout
     lines = desc.splitlines()
     assert re.fullmatch(rf"Topic: {topic}\tTopicId: [A-Za-z0-9_-]{{22}}\tPartitionCount: 2\tReplicationFactor: 1\t"
-                        r"Configs: cleanup.policy=compact,retention.ms=123456", lines[0]), desc
+                        r"Configs: cleanup.policy=compact,min.insync.replicas=1,retention.ms=123456", lines[0]), desc
     assert len(lines) == 3
     for p, line in enumerate(lines[1:]):
         assert re.fullmatch(rf"\tTopic: {topic}\tPartition: {p}\tLeader: \d+\tReplicas: \d+\tIsr: \d+"

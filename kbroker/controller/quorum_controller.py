@@ -393,15 +393,20 @@ class QuorumController:
     def bootstrap_records(self) -> list[Any]:
         """The records that bootstrap a new cluster's metadata (kbroker.controller.bootstrap): a FeatureLevelRecord
         per ``BOOTSTRAP_FEATURES`` entry (the level ``kbroker-storage format --feature`` chose, when it did; a level
-        0 is not written (not finalized), as Kafka's bootstrap leaves it out; with eligible leader replicas on,
-        Kafka's cluster-level ``min.insync.replicas``: :func:`~kbroker.controller.feature_control.elr_safety_records`),
-        then the SCRAM credentials of ``kbroker-storage format --add-scram``."""
+        0 is not written (not finalized), as Kafka's bootstrap leaves it out), the cluster-level
+        ``min.insync.replicas`` ConfigRecord (BROKER resource ``""``, the static value) that every new Kafka 4.1+
+        cluster gets, then the SCRAM credentials of ``kbroker-storage format --add-scram``.
+
+        Kafka writes that ConfigRecord because its new clusters have eligible leader replicas on (KIP-966,
+        ``eligible.leader.replicas.version`` 1 from 4.1-IV0, Kafka's ActivationRecordsGenerator /
+        :func:`~kbroker.controller.feature_control.elr_safety_records`). kbroker has no ELR but writes it the same,
+        so a new cluster looks as a Kafka 4.1+ one does: DescribeConfigs reports ``min.insync.replicas`` with source
+        DYNAMIC_DEFAULT_BROKER_CONFIG, and a later edit of ``server.properties`` does not change it
+        (``kbroker-configs --entity-type brokers --entity-default --alter`` does)."""
         features = {**BOOTSTRAP_FEATURES, **self._bootstrap_features}
         records: list[Any] = [FeatureLevelRecord(name=n, feature_level=lvl) for n, lvl in features.items() if lvl > 0]
-        if features.get("eligible.leader.replicas.version", 0) > 0:
-            # Kafka's ActivationRecordsGenerator: a new cluster with ELR on gets a cluster-level min.insync.replicas
-            records.append(ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", name="min.insync.replicas",
-                                        value=str(self._static_min_insync_replicas())))
+        records.append(ConfigRecord(resource_type=BROKER_RESOURCE, resource_name="", name="min.insync.replicas",
+                                    value=str(self._static_min_insync_replicas())))
         return [*records, *self._bootstrap_extra]
 
     def _static_min_insync_replicas(self) -> int:

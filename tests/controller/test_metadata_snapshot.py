@@ -329,7 +329,7 @@ def test_image_round_trip_from_a_quorum_controller(controller: QuorumController)
     assert len(orders.partitions) == 6 and all(len(p.replicas) == 3 for p in orders.partitions.values())
     assert any(p.leader_epoch > 0 and p.partition_epoch > 0 for p in orders.partitions.values())
     assert "gone" not in image.topics_by_name and len(image.topics_by_name["events"].partitions) == 6
-    assert image.configs[(BROKER_RESOURCE, "")] == {"log.retention.ms": "86400000"}
+    assert image.configs[(BROKER_RESOURCE, "")] == {"log.retention.ms": "86400000", "min.insync.replicas": "1"}
     assert image.producer_ids_next == 1010 and image.features["metadata.version"] > 0
 
     records = image_records(image)

@@ -131,7 +131,8 @@ def test_dynamic_broker_configs(qc):
     B = BROKER_RESOURCE
     assert c.incremental_alter_configs([(B, "", [("log.retention.ms", SET, "5000")]),
                                         (B, "1", [("log.cleaner.backoff.ms", SET, "100")])]) == [(E.NONE, None)] * 2
-    assert dict(c.image.broker_configs()) == {"log.retention.ms": "5000"}
+    # with the cluster-level min.insync.replicas every new cluster is bootstrapped with (as Kafka 4.1+)
+    assert dict(c.image.broker_configs()) == {"log.retention.ms": "5000", "min.insync.replicas": "1"}
     assert dict(c.image.broker_configs(1)) == {"log.cleaner.backoff.ms": "100"}
     errors = [
         (B, "2", [("log.retention.ms", SET, "1")]),

@@ -130,8 +130,9 @@ def test_metadata_log_layout(tmp_path, make):
                 assert r.key is None
                 decode_metadata_record(r.value)
     types = [type(decode_metadata_record(r.value)).__name__ for b, rs in batches if not b.is_control for r in rs]
-    assert types[:6] == ["FeatureLevelRecord"] * 4 + ["RegisterBrokerRecord", "BrokerRegistrationChangeRecord"]
-    assert types[6:] == ["TopicRecord", "PartitionRecord", "PartitionRecord"]
+    assert types[:7] == ["FeatureLevelRecord"] * 4 + ["ConfigRecord", "RegisterBrokerRecord",
+                                                      "BrokerRegistrationChangeRecord"]
+    assert types[7:] == ["TopicRecord", "PartitionRecord", "PartitionRecord"]
     assert qc.image.offset == expected_offset - 1
 
 

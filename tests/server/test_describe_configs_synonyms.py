@@ -14,7 +14,7 @@ from kbroker.controller.quorum_controller import CreateTopicSpec
 
 from .conftest import start_node, stop_node
 
-STATIC, DEFAULT = 4, 5
+DYNAMIC_DEFAULT_BROKER, STATIC, DEFAULT = 3, 4, 5
 TOPIC = 2
 
 # topic key -> (broker name, its Kafka default or None, a valid value to set statically)
@@ -88,7 +88,11 @@ def test_at_the_default(at_default, key):
     name, default, _ = KEYS[key]
     entry = at_default[key]
     syns = [(s.name, s.value, s.source) for s in entry.synonyms]
-    if default is None:
+    if key == "min.insync.replicas":
+        # the cluster-level value every new cluster is bootstrapped with (as Kafka 4.1+) ranks first
+        assert syns == [(name, default, DYNAMIC_DEFAULT_BROKER), (name, default, DEFAULT)]
+        assert entry.config_source == DYNAMIC_DEFAULT_BROKER
+    elif default is None:
         # e.g. retention.ms: log.retention.hours=168 is the only set synonym and ranks before log.retention.ms
         assert syns == [] and entry.config_source == DEFAULT
     else:
@@ -100,7 +104,10 @@ def test_broker_name_set_statically(broker_names_set, key):
     name, default, value = KEYS[key]
     entry = broker_names_set[key]
     syns = [(s.name, s.value, s.source) for s in entry.synonyms]
-    assert syns[0] == (name, value, STATIC) and entry.config_source == STATIC
+    if key == "min.insync.replicas":  # bootstrapped as the cluster-level value from server.properties
+        assert syns[0] == (name, value, DYNAMIC_DEFAULT_BROKER) and entry.config_source == DYNAMIC_DEFAULT_BROKER
+        syns = syns[1:]
+    assert syns[0] == (name, value, STATIC) and (key == "min.insync.replicas" or entry.config_source == STATIC)
     if default is not None:
         assert syns[1:] == [(name, default, DEFAULT)]
 
