@@ -648,6 +648,92 @@ def test_share_state_moves_with_the_partition_leader_in_a_cluster(tmp_path):
             c.close()
 
 
+def test_share_group_offset_apis_reach_state_kept_by_another_node(tmp_path):
+    """3 nodes, a share group whose coordinator (``__consumer_offsets``) is not the node keeping its state
+    (``__share_group_state``): DescribeShareGroupOffsets, AlterShareGroupOffsets and DeleteShareGroupOffsets sent to
+    the group coordinator read, reset and delete the state on the other node (ReadShareGroupStateSummary,
+    InitializeShareGroupState, DeleteShareGroupState), with named topics and (describe) without."""
+    from confluent_kafka import TopicCollection
+
+    from kbroker.cli._wire import WireClient
+    from kbroker.coordinator.runtime import partition_for
+    from kbroker.coordinator.share.service import SHARE_STATE_TOPIC, coordinator_key
+    from kbroker.protocol import messages as m
+    from kbroker.testing.cluster import KbrokerCluster, wait_until
+
+    with KbrokerCluster(tmp_path, nodes=3, overrides={"group.share.heartbeat.interval.ms": 500}) as cluster:
+        bootstrap = cluster.bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 3, 60, "all three brokers registered")
+        topic = unique("share")
+        admin.create_topics([NewTopic(topic, 1, 3)], request_timeout=30)[topic].result(60)
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+        probe = consumer(bootstrap, unique("probe"), explicit=True)  # creates __share_group_state
+        probe.subscribe([topic])
+        try:
+            _warm_explicit(probe, Warmup(producer, topic))
+        finally:
+            probe.close()
+        tid = admin.describe_topics(TopicCollection([topic]))[topic].result(30).topic_id
+        topic_id = ((tid.get_most_significant_bits() & (2**64 - 1)) << 64
+                    | (tid.get_least_significant_bits() & (2**64 - 1))).to_bytes(16, "big")
+
+        def leaders(name: str) -> dict[int, int]:
+            t = admin.list_topics(timeout=10).topics.get(name)
+            return {p: pm.leader for p, pm in (t.partitions.items() if t is not None else [])}
+
+        state_leaders = wait_until(lambda: (x := leaders(SHARE_STATE_TOPIC)) and all(v >= 0 for v in x.values())
+                                   and x, 60, "__share_group_state led")
+        group_leaders = wait_until(lambda: (x := leaders("__consumer_offsets")) and all(v >= 0 for v in x.values())
+                                   and x, 60, "__consumer_offsets led")
+        group = next(g for g in (unique("sg") for _ in range(500))
+                     if state_leaders[partition_for(coordinator_key(g, topic_id, 0), len(state_leaders))]
+                     != group_leaders[partition_for(g, len(group_leaders))])
+        coordinator = group_leaders[partition_for(group, len(group_leaders))]
+
+        c = consumer(bootstrap, group, explicit=True)
+        c.subscribe([topic])
+        try:
+            _warm_explicit(c, Warmup(producer, topic))
+            for i in range(3):
+                producer.produce(topic, b"x-%d" % i)
+            producer.flush(10)
+            assert len(_poll_until(c, lambda s: len(s) >= 3, 30)) == 3
+            _drain(c, 1.0)  # the acknowledgements reach the share coordinator
+
+            D = m.DescribeShareGroupOffsetsRequest
+            with WireClient(bootstrap) as wire:
+                conn = wire.node(coordinator)
+
+                def describe(named: bool) -> list[tuple[int, int, int]]:
+                    req = D(groups=[D.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=[
+                        D.DescribeShareGroupOffsetsRequestTopic(topic_name=topic, partitions=[0])] if named else None)])
+                    g = conn.send(req, 1).groups[0]
+                    assert g.error_code == 0, g
+                    return [(p.partition_index, p.error_code, p.start_offset) for t in g.topics for p in t.partitions]
+
+                # every record was accepted: the start offset is past all of them
+                [(_, code, start)] = wait_until(lambda: (d := describe(True)) and d[0][2] > 3 and d, 30,
+                                                "the state read from the other node")
+                assert code == 0
+                assert describe(False) == [(0, 0, start)]  # the subscribed topic's state, found on the other node
+                c.close()
+                c = None
+                A = m.AlterShareGroupOffsetsRequest
+                alter = A(group_id=group, topics=[A.AlterShareGroupOffsetsRequestTopic(topic_name=topic, partitions=[
+                    A.AlterShareGroupOffsetsRequestPartition(partition_index=0, start_offset=1)])])
+                resp = wait_until(lambda: (r := conn.send(alter)).error_code == 0 and r, 30, "an empty group")
+                assert [p.error_code for t in resp.responses for p in t.partitions] == [0]
+                assert describe(True) == [(0, 0, 1)]
+                X = m.DeleteShareGroupOffsetsRequest
+                deleted = conn.send(X(group_id=group, topics=[X.DeleteShareGroupOffsetsRequestTopic(topic_name=topic)]))
+                assert deleted.error_code == 0 and [t.error_code for t in deleted.responses] == [0]
+                assert describe(True) == [(0, 0, -1)]
+        finally:
+            if c is not None:
+                c.close()
+
+
 def test_share_state_apis_over_the_wire(kbroker_factory):
     """The share coordinator's inter-broker APIs as another broker calls them: FindCoordinator key type 2 (which
     creates __share_group_state), InitializeShareGroupState, WriteShareGroupState (batches overlay the state, an

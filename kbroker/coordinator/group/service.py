@@ -406,6 +406,14 @@ class GroupCoordinator:
         assert result is not None
         return result
 
+    def share_group_subscribed_topics(self, group_id: str) -> set[str]:
+        """The topic names the members of share group ``group_id`` subscribe to (empty: no such group here)."""
+        try:
+            return self.runtime.read(self.partition_for(group_id), lambda shard: set(
+                g.subscribed_topics()) if (g := shard.share_groups.get(group_id)) is not None else set())
+        except KafkaError:
+            return set()
+
     def validate_offset_fetch_member(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """OffsetFetch v9+: the member id / epoch of a consumer group member (NONE for other groups)."""
         try:

@@ -6,14 +6,14 @@ partition's state in ``__share_group_state`` becomes the given start offset with
 leader's share partition reads it again on the next ShareFetch. Errors: top level GROUP_AUTHORIZATION_FAILED
 (no READ on the group), INVALID_GROUP_ID, the coordinator errors; per partition UNKNOWN_TOPIC_OR_PARTITION,
 TOPIC_AUTHORIZATION_FAILED (no READ on the topic), INVALID_REQUEST (a negative offset), and the share
-coordinator's errors (NOT_COORDINATOR when the state is kept by another node, COORDINATOR_LOAD_IN_PROGRESS).
+coordinator's errors (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE). A state kept by another node (the
+leader of its ``__share_group_state`` partition) is reset there with InitializeShareGroupState.
 """
 
 from __future__ import annotations
 
 import time
 
-from kbroker.protocol import coordinator_records as cr
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse
@@ -63,9 +63,9 @@ async def handle(ctx, request: AlterShareGroupOffsetsRequest) -> AlterShareGroup
                 pd.error_code = ErrorCode.INVALID_REQUEST
             else:
                 leader_epoch = max(t.partitions[rp.partition_index].leader_epoch, 0)
-                try:
-                    sc.write_state(gid, t.topic_id, rp.partition_index, cr.ShareSnapshotValue(
-                        leader_epoch=leader_epoch, start_offset=rp.start_offset, write_timestamp=now))
+                try:  # here, or on the node keeping the state (InitializeShareGroupState)
+                    await broker.share_persister.reset(gid, t.topic_id, rp.partition_index, rp.start_offset,
+                                                       leader_epoch, now)
                 except KafkaError as exc:
                     pd.error_code, pd.error_message = exc.code, exc.message
                     continue

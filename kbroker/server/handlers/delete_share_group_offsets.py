@@ -55,7 +55,7 @@ async def handle(ctx, request: DeleteShareGroupOffsetsRequest) -> DeleteShareGro
         if sc.topic_exists():
             try:
                 for p in sorted(t.partitions):
-                    sc.delete_state(gid, t.topic_id, p)
+                    await broker.share_persister.delete(gid, t.topic_id, p)  # here or on the node keeping it
             except KafkaError as exc:
                 out.error_code, out.error_message = exc.code, exc.message
                 continue

@@ -7,8 +7,9 @@ partition has no state yet), ``LeaderEpoch`` the one written with it, and (v1) `
 start offset and the high watermark not yet acknowledged or archived (-1 when unknown, e.g. the partition is not
 led here). Errors: group level GROUP_ID_NOT_FOUND (no share group of that id), GROUP_AUTHORIZATION_FAILED (no
 DESCRIBE on the group), the coordinator errors; partition level UNKNOWN_TOPIC_OR_PARTITION,
-TOPIC_AUTHORIZATION_FAILED (no DESCRIBE on the topic), and NOT_COORDINATOR when the state is kept by another node
-(the inter-broker ReadShareGroupStateSummary is not implemented).
+TOPIC_AUTHORIZATION_FAILED (no DESCRIBE on the topic). A state kept by another node (the leader of its
+``__share_group_state`` partition) is read from it with ReadShareGroupStateSummary; with ``Topics`` null the
+partitions are those with a state on this node and every partition of the topics the group's members subscribe to.
 Version notes: v1 adds ``Lag``.
 """
 
@@ -25,7 +26,6 @@ API_KEY = ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS
 VERSIONS = range(0, 2)
 
 Resp = DescribeShareGroupOffsetsResponse
-_DONE = (2, 4)  # Acknowledged, Archived
 
 
 def _lag(ctx, topic: str, partition: int, state) -> int:  # noqa: ANN001
@@ -37,8 +37,7 @@ def _lag(ctx, topic: str, partition: int, state) -> int:  # noqa: ANN001
         return -1
     if not part.is_leader:
         return -1
-    done = sum(b.last_offset - b.first_offset + 1 for b in state.state_batches if b.delivery_state in _DONE)
-    return max(0, part.high_watermark - state.start_offset - done)
+    return max(0, part.high_watermark - state.start_offset - max(state.delivery_complete, 0))
 
 
 async def handle(ctx, request: DescribeShareGroupOffsetsRequest) -> DescribeShareGroupOffsetsResponse:
@@ -60,11 +59,21 @@ async def handle(ctx, request: DescribeShareGroupOffsetsRequest) -> DescribeShar
         if code:
             out.error_code, out.error_message = code, message
             continue
+        optional: set[tuple[bytes, int]] = set()
         if g.topics is None:
             wanted: list[tuple[str, bytes | None, list[int]]] = []
             by_topic: dict[bytes, list[int]] = {}
             for tid, p, _ in sc.states_of_group(g.group_id):
                 by_topic.setdefault(tid, []).append(p)
+            # states kept by other nodes: the partitions of the topics the members subscribe to (listed only
+            # when they have a state)
+            for name in broker.group_coordinator.share_group_subscribed_topics(g.group_id):
+                t = image.topics_by_name.get(name)
+                if t is not None:
+                    known = set(by_topic.get(t.topic_id, []))
+                    extra = [p for p in t.partitions if p not in known]
+                    by_topic.setdefault(t.topic_id, []).extend(extra)
+                    optional.update((t.topic_id, p) for p in extra)
             for tid, ps in by_topic.items():
                 t = image.topics_by_id.get(tid)
                 if t is not None:
@@ -92,13 +101,18 @@ async def handle(ctx, request: DescribeShareGroupOffsetsRequest) -> DescribeShar
                 if t is None or p not in t.partitions:
                     pd.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                     continue
-                try:
-                    state = sc.read_state(g.group_id, tid, p) if sc.topic_exists() else None
+                try:  # here, or from the node keeping the state (ReadShareGroupStateSummary)
+                    state = await broker.share_persister.summary(g.group_id, tid, p) if sc.topic_exists() else None
                 except KafkaError as exc:
                     pd.error_code = exc.code
+                    continue
+                if state is None and (tid, p) in optional:
+                    topic.partitions.pop()
                     continue
                 if state is not None:
                     pd.start_offset, pd.leader_epoch = state.start_offset, state.leader_epoch
                 if ctx.api_version >= 1:
                     pd.lag = _lag(ctx, name, p, state)
+        if g.topics is None:
+            out.topics = [t for t in out.topics if t.partitions]
     return resp

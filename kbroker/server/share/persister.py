@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from kbroker.protocol.api_keys import ApiKey
@@ -31,6 +32,18 @@ Key = tuple[str, bytes, int]
 Batches = list[tuple[int, int, int, int]]
 #: how long a remote state request may take, s
 REQUEST_TIMEOUT_S = 5.0
+
+
+@dataclass
+class StateSummary:
+    """What DescribeShareGroupOffsets shows of a share partition's state (ReadShareGroupStateSummary's fields):
+    ``delivery_complete`` is the count of records at or after the start offset acknowledged or archived."""
+
+    start_offset: int
+    leader_epoch: int
+    state_epoch: int
+    delivery_complete: int
+
 RETRY_S = 0.2
 _RETRIABLE = {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
               ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.REQUEST_TIMED_OUT}
@@ -209,6 +222,79 @@ class SharePersister:
                 sc.delete_state(group_id, topic_id, partition)
             except KafkaError as exc:
                 self._warn(sc.partition_for(group_id, topic_id, partition), exc.code)
+
+    # ---- the admin APIs (Describe/Alter/DeleteShareGroupOffsets): the state wherever it is kept
+    async def _ask(self, node: int, api_key: int, version: int, request: Any) -> Any:
+        ch = self._channel(node) if node >= 0 else None
+        if ch is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"no channel to node {node}")
+        try:
+            return await ch.request(api_key, version, request, REQUEST_TIMEOUT_S)
+        except KafkaError:
+            raise
+        except Exception as exc:  # NodeRequestError: the node went away or did not answer in time
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
+
+    async def summary(self, group_id: str, topic_id: bytes, partition: int) -> StateSummary | None:
+        """The state of one share partition for DescribeShareGroupOffsets: from this node's share coordinator, or
+        with ReadShareGroupStateSummary (v1) from the node leading its ``__share_group_state`` partition. None:
+        no state. Raises KafkaError (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE)."""
+        from kbroker.protocol.messages import ReadShareGroupStateSummaryRequest as Req
+
+        key = (group_id, topic_id, partition)
+        node = self._remote(key)
+        if node is None:
+            value = self.coordinator.read_state(*key)
+            if value is None:
+                return None
+            done = sum(b.last_offset - b.first_offset + 1 for b in value.state_batches if b.delivery_state in (2, 4))
+            return StateSummary(value.start_offset, value.leader_epoch, value.state_epoch, done)
+        resp = await self._ask(node, ApiKey.READ_SHARE_GROUP_STATE_SUMMARY, 1, Req(group_id=group_id, topics=[
+            Req.ReadStateSummaryData(topic_id=topic_id, partitions=[Req.PartitionData(partition=partition)])]))
+        pr = resp.results[0].partitions[0]
+        if pr.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            return None
+        if pr.error_code:
+            raise KafkaError(pr.error_code, pr.error_message)
+        return StateSummary(pr.start_offset, pr.leader_epoch, pr.state_epoch, pr.delivery_complete_count)
+
+    async def reset(self, group_id: str, topic_id: bytes, partition: int, start_offset: int, leader_epoch: int,
+                    now_ms: int) -> None:
+        """AlterShareGroupOffsets: a fresh state at ``start_offset`` (nothing in flight), here or with
+        InitializeShareGroupState (a state epoch above the current one) on the node keeping it. Raises KafkaError."""
+        from kbroker.protocol import coordinator_records as cr
+        from kbroker.protocol.messages import InitializeShareGroupStateRequest as Req
+
+        key = (group_id, topic_id, partition)
+        node = self._remote(key)
+        if node is None:
+            self.coordinator.write_state(*key, cr.ShareSnapshotValue(
+                leader_epoch=leader_epoch, start_offset=start_offset, write_timestamp=now_ms))
+            return
+        current = await self.summary(*key)
+        epoch = current.state_epoch + 1 if current is not None else 0
+        resp = await self._ask(node, ApiKey.INITIALIZE_SHARE_GROUP_STATE, 0, Req(group_id=group_id, topics=[
+            Req.InitializeStateData(topic_id=topic_id, partitions=[Req.PartitionData(
+                partition=partition, state_epoch=epoch, start_offset=start_offset)])]))
+        pr = resp.results[0].partitions[0]
+        if pr.error_code:
+            raise KafkaError(pr.error_code, pr.error_message)
+
+    async def delete(self, group_id: str, topic_id: bytes, partition: int) -> None:
+        """DeleteShareGroupOffsets: remove one share partition's state, here or with DeleteShareGroupState on the
+        node keeping it. Raises KafkaError."""
+        from kbroker.protocol.messages import DeleteShareGroupStateRequest as Req
+
+        key = (group_id, topic_id, partition)
+        node = self._remote(key)
+        if node is None:
+            self.coordinator.delete_state(*key)
+            return
+        resp = await self._ask(node, ApiKey.DELETE_SHARE_GROUP_STATE, 0, Req(group_id=group_id, topics=[
+            Req.DeleteStateData(topic_id=topic_id, partitions=[Req.PartitionData(partition=partition)])]))
+        pr = resp.results[0].partitions[0]
+        if pr.error_code and pr.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            raise KafkaError(pr.error_code, pr.error_message)
 
     async def close(self) -> None:
         for task in list(self._reads.values()) + list(self._writers.values()):
