@@ -34,6 +34,7 @@ and the broker is restarted (same port and data) so the following tests still ru
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import os
 import signal
@@ -59,11 +60,21 @@ _REPO_ROOT = Path(__file__).resolve().parents[2]
 # --------------------------------------------------------------------------------------------- helpers
 
 
+_handed_out: collections.deque[int] = collections.deque(maxlen=4096)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (bind to port 0 and read it back)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A TCP port that was free a moment ago (bind to port 0 and read it back), and not one this process was
+    handed in its last 4,096 calls: the kernel may give the same free port to two binds in a row, and a cluster
+    whose node 2 listens where node 1's controller does cannot start (a CI failure of the cluster tests)."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.append(port)
+            return port
+    raise OSError("no free port that was not handed out already")
 
 
 def split_bootstrap(bootstrap: str) -> tuple[str, int]:
