@@ -121,7 +121,9 @@ def test_incremental_alter_then_describe_with_sources(node):
     hours = bcfg["log.retention.hours"]
     assert (hours.value, hours.config_source) == ("168", 5)
     res, default_cfg = _describe(node, BROKER, "")
-    assert res.error_code == E.NONE and set(default_cfg) == {"log.retention.ms"}
+    # and the cluster-level min.insync.replicas every new cluster is bootstrapped with (as Kafka 4.1+)
+    assert res.error_code == E.NONE and set(default_cfg) == {"log.retention.ms", "min.insync.replicas"}
+    assert (default_cfg["min.insync.replicas"].value, default_cfg["min.insync.replicas"].config_source) == ("1", 3)
     assert default_cfg["log.retention.ms"].config_source == 3
 
     # deleting the topic override falls back to the dynamic default
