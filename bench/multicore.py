@@ -20,7 +20,6 @@ import json
 import multiprocessing
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,30 +33,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from bench.run import machine  # noqa: E402
+from kbroker.testing.plugin import free_port_run  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 HOST = "127.0.0.1"
-
-
-def free_port_run(width: int) -> int:
-    """A port P with P .. P + width free (the node's brokers and controller)."""
-    for _ in range(500):
-        with socket.socket() as s:
-            s.bind((HOST, 0))
-            base = s.getsockname()[1]
-        socks = []
-        try:
-            for p in range(base, base + width + 1):
-                s = socket.socket()
-                socks.append(s)
-                s.bind((HOST, p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port run")
 
 
 def tree(pid: int) -> list[int]:

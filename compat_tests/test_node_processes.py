@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,31 +16,9 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbroker.cli.node_processes import CONTROLLER_NODE_ID, node_properties
+from kbroker.testing.plugin import free_port_run
 
 HOST = "127.0.0.1"
-
-
-def _three_free_ports() -> int:
-    """A port P with P, P+1 and P+2 free (broker 1, the controller, broker 2)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind((HOST, 0))
-            base = s.getsockname()[1]
-        if base + 2 > 65535:
-            continue
-        try:
-            socks = []
-            for p in (base, base + 1, base + 2):
-                s = socket.socket()
-                socks.append(s)
-                s.bind((HOST, p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no three consecutive free ports")
 
 
 def _children(pid: int) -> list[int]:
@@ -78,7 +55,7 @@ def test_node_properties_layout() -> None:
 
 
 def test_two_processes_serve_one_cluster(tmp_path: Path) -> None:
-    port = _three_free_ports()
+    port = free_port_run(2)  # broker 1, the controller, broker 2
     bootstrap = f"{HOST}:{port}"
     log_file = open(tmp_path / "node.log", "w")
     sup = subprocess.Popen([sys.executable, "-m", "kbroker.cli.main", "--processes", "2",

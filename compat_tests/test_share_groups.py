@@ -571,6 +571,22 @@ def test_java_released_records_archived_at_delivery_count_limit(kbroker_factory,
 # ============================================================================================ cluster
 
 
+def _topic_id(admin: AdminClient, topic: str) -> bytes:
+    """The topic's id as the 16 bytes kbroker keys share state with."""
+    from confluent_kafka import TopicCollection
+
+    tid = admin.describe_topics(TopicCollection([topic]))[topic].result(30).topic_id
+    return ((tid.get_most_significant_bits() & (2**64 - 1)) << 64
+            | (tid.get_least_significant_bits() & (2**64 - 1))).to_bytes(16, "big")
+
+
+def _all_led(admin: AdminClient, name: str) -> dict[int, int] | None:
+    """partition -> leader of ``name`` once every partition has one, else None."""
+    t = admin.list_topics(timeout=10).topics.get(name)
+    led = {p: pm.leader for p, pm in (t.partitions.items() if t is not None else [])}
+    return led if led and all(v >= 0 for v in led.values()) else None
+
+
 def test_share_state_moves_with_the_partition_leader_in_a_cluster(tmp_path):
     """3 nodes, a replicated 1-partition topic, a share group whose state (``__share_group_state``) is kept by
     another node than the partition's leader: the leader writes the state with WriteShareGroupState, and after
@@ -597,11 +613,7 @@ def test_share_state_moves_with_the_partition_leader_in_a_cluster(tmp_path):
         finally:
             probe.close()
 
-        from confluent_kafka import TopicCollection
-
-        tid = admin.describe_topics(TopicCollection([topic]))[topic].result(30).topic_id
-        topic_id = ((tid.get_most_significant_bits() & (2**64 - 1)) << 64
-                    | (tid.get_least_significant_bits() & (2**64 - 1))).to_bytes(16, "big")
+        topic_id = _topic_id(admin, topic)
 
         def leaders() -> tuple[int, dict[int, int], dict[int, int]]:
             md = admin.list_topics(timeout=10)
@@ -653,8 +665,6 @@ def test_share_group_offset_apis_reach_state_kept_by_another_node(tmp_path):
     (``__share_group_state``): DescribeShareGroupOffsets, AlterShareGroupOffsets and DeleteShareGroupOffsets sent to
     the group coordinator read, reset and delete the state on the other node (ReadShareGroupStateSummary,
     InitializeShareGroupState, DeleteShareGroupState), with named topics and (describe) without."""
-    from confluent_kafka import TopicCollection
-
     from kbroker.cli._wire import WireClient
     from kbroker.coordinator.runtime import partition_for
     from kbroker.coordinator.share.service import SHARE_STATE_TOPIC, coordinator_key
@@ -674,18 +684,10 @@ def test_share_group_offset_apis_reach_state_kept_by_another_node(tmp_path):
             _warm_explicit(probe, Warmup(producer, topic))
         finally:
             probe.close()
-        tid = admin.describe_topics(TopicCollection([topic]))[topic].result(30).topic_id
-        topic_id = ((tid.get_most_significant_bits() & (2**64 - 1)) << 64
-                    | (tid.get_least_significant_bits() & (2**64 - 1))).to_bytes(16, "big")
+        topic_id = _topic_id(admin, topic)
 
-        def leaders(name: str) -> dict[int, int]:
-            t = admin.list_topics(timeout=10).topics.get(name)
-            return {p: pm.leader for p, pm in (t.partitions.items() if t is not None else [])}
-
-        state_leaders = wait_until(lambda: (x := leaders(SHARE_STATE_TOPIC)) and all(v >= 0 for v in x.values())
-                                   and x, 60, "__share_group_state led")
-        group_leaders = wait_until(lambda: (x := leaders("__consumer_offsets")) and all(v >= 0 for v in x.values())
-                                   and x, 60, "__consumer_offsets led")
+        state_leaders = wait_until(lambda: _all_led(admin, SHARE_STATE_TOPIC), 60, "__share_group_state led")
+        group_leaders = wait_until(lambda: _all_led(admin, "__consumer_offsets"), 60, "__consumer_offsets led")
         group = next(g for g in (unique("sg") for _ in range(500))
                      if state_leaders[partition_for(coordinator_key(g, topic_id, 0), len(state_leaders))]
                      != group_leaders[partition_for(g, len(group_leaders))])

@@ -77,6 +77,28 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise OSError("no free port that was not handed out already")
 
 
+def free_port_run(width: int, host: str = "127.0.0.1") -> int:
+    """A port P with P .. P + ``width`` all free a moment ago (``kbroker --processes N`` listens on consecutive
+    ports: broker 1, the controller, brokers 2..N)."""
+    for _ in range(500):
+        base = free_port(host)
+        if base + width > 65535:
+            continue
+        socks: list[socket.socket] = []
+        try:
+            for port in range(base, base + width + 1):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                socks.append(s)
+                s.bind((host, port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise OSError(f"no run of {width + 1} free ports")
+
+
 def split_bootstrap(bootstrap: str) -> tuple[str, int]:
     first = bootstrap.split(",")[0].strip()
     if "://" in first:

@@ -371,3 +371,20 @@ async def alter_configs_results(ctx, resources, write,  # noqa: ANN001
     kept = [r for r, e in zip(resources, errors) if e is None]
     results = iter(await committed_results(ctx, lambda: write(kept), len(kept), validate_only) if kept else ())
     return [e if e is not None else next(results) for e in errors]
+
+
+def share_offsets_refusal(ctx, group_id: str, operation: int,  # noqa: ANN001
+                          need_empty: bool) -> tuple[int, str | None]:
+    """Why the share-group offset APIs (Describe/Alter/DeleteShareGroupOffsets) refuse ``group_id``, checked in
+    Kafka's order: UNSUPPORTED_VERSION (``share.version`` not finalized), GROUP_AUTHORIZATION_FAILED (no
+    ``operation`` on the group), then the group coordinator's answer (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP when
+    ``need_empty``, the coordinator errors); ``(NONE, None)`` when the request may go on."""
+    from kbroker.server.authorizer import ResourceType
+    from kbroker.server.share.manager import share_groups_enabled
+
+    broker = ctx.broker
+    if not share_groups_enabled(broker):
+        return ErrorCode.UNSUPPORTED_VERSION, None
+    if broker.authorizer is not None and not authorize(ctx, operation, ResourceType.GROUP, group_id):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED, None
+    return broker.group_coordinator.share_group_admin_check(group_id, need_empty=need_empty)

@@ -16,7 +16,6 @@ from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse
 from kbroker.server.authorizer import AclOperation, ResourceType
 from kbroker.server.handlers import common
-from kbroker.server.share.manager import share_groups_enabled
 
 API_KEY = ApiKey.DELETE_SHARE_GROUP_OFFSETS
 VERSIONS = range(0, 1)
@@ -29,11 +28,7 @@ async def handle(ctx, request: DeleteShareGroupOffsetsRequest) -> DeleteShareGro
     sc = broker.share_coordinator
     image = broker.controller.image
     gid = request.group_id
-    if not share_groups_enabled(broker):
-        return Resp(error_code=ErrorCode.UNSUPPORTED_VERSION)
-    if broker.authorizer is not None and not common.authorize(ctx, AclOperation.READ, ResourceType.GROUP, gid):
-        return Resp(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
-    code, message = broker.group_coordinator.share_group_admin_check(gid, need_empty=True)
+    code, message = common.share_offsets_refusal(ctx, gid, AclOperation.READ, need_empty=True)
     if code:
         return Resp(error_code=code, error_message=message)
     names = [t.topic_name for t in request.topics]

@@ -20,7 +20,6 @@ from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse
 from kbroker.server.authorizer import AclOperation, ResourceType
 from kbroker.server.handlers import common
-from kbroker.server.share.manager import share_groups_enabled
 
 API_KEY = ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS
 VERSIONS = range(0, 2)
@@ -48,14 +47,7 @@ async def handle(ctx, request: DescribeShareGroupOffsetsRequest) -> DescribeShar
     for g in request.groups:
         out = Resp.DescribeShareGroupOffsetsResponseGroup(group_id=g.group_id)
         resp.groups.append(out)
-        if not share_groups_enabled(broker):
-            out.error_code = ErrorCode.UNSUPPORTED_VERSION
-            continue
-        if broker.authorizer is not None and not common.authorize(ctx, AclOperation.DESCRIBE, ResourceType.GROUP,
-                                                                  g.group_id):
-            out.error_code = ErrorCode.GROUP_AUTHORIZATION_FAILED
-            continue
-        code, message = broker.group_coordinator.share_group_admin_check(g.group_id, need_empty=False)
+        code, message = common.share_offsets_refusal(ctx, g.group_id, AclOperation.DESCRIBE, need_empty=False)
         if code:
             out.error_code, out.error_message = code, message
             continue
