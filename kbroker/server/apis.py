@@ -93,6 +93,7 @@ class Apis:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.handlers = load_handlers()
+        self._controller_only = frozenset(k for k, m in self.handlers.items() if controller_only(m))
         self.request_counts: dict[int, int] = {}
         self.controller_listeners = {n.upper() for n in broker.config.get_list("controller.listener.names")}
 
@@ -129,7 +130,8 @@ class Apis:
         if api_key == ApiKey.API_VERSIONS and mod is not None and api_version not in mod.VERSIONS:
             if api_version > mod.VERSIONS.stop - 1:
                 return self._api_versions_fallback(correlation_id)
-        if mod is not None and controller_only(mod) and conn.listener_name.upper() not in self.controller_listeners:
+        controller_api = api_key in self._controller_only
+        if controller_api and conn.listener_name.upper() not in self.controller_listeners:
             mod = None  # a controller API on a broker listener: unknown here, as in Kafka
         if mod is None:
             raise CloseConnection(f"unknown API key {api_key}")
@@ -143,7 +145,7 @@ class Apis:
         self.request_counts[api_key] = self.request_counts.get(api_key, 0) + 1
         ctx = RequestContext(self.broker, conn, header)
         quotas = self.broker.client_quotas
-        if quotas.active and not quotas.exempt(ctx, api_key) and not controller_only(mod):
+        if quotas.active and not controller_api and not quotas.exempt(ctx, api_key):
             return await self._handle_with_quotas(ctx, mod, request, correlation_id, len(frame))
         response = await mod.handle(ctx, request)
         if response is None:

@@ -33,7 +33,8 @@ Record data in Fetch responses arrives as :class:`~kbroker.protocol.send.FileReg
 with ``os.sendfile`` straight from the segment file when the transport has nothing buffered (zero-copy on
 plain TCP); whatever the socket does not take at once is read with ``os.pread`` and written normally. On TLS
 listeners the bytes must go through the encryption, so they are always read and written (no sendfile, as in
-Kafka).
+Kafka). Regions of at most ``SMALL_REGION_COPY`` bytes that fit the response's joined write are read and written
+with the rest of the response: a consumer woken for one small batch costs one send, not three.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import os
 import socket
 import struct
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from kbroker.protocol.framing import FrameDecoder, FrameError
@@ -67,6 +69,10 @@ class CloseConnection(Exception):
 
 #: in-memory response chunks up to this many bytes in all are joined into one write
 JOIN_WRITE_LIMIT = 64 * 1024
+#: file regions up to this size are read (``os.pread``) and joined into the response's write instead of sent
+#: with ``sendfile``: for a long-polling consumer woken by one small batch, one TCP send per response instead of
+#: three (header, ``sendfile``, the rest); larger regions keep the zero-copy path
+SMALL_REGION_COPY = 16 * 1024
 
 
 def _write_joined(transport: Any, chunks: list[Any], total: int) -> None:
@@ -81,6 +87,32 @@ def _write_joined(transport: Any, chunks: list[Any], total: int) -> None:
             transport.write(chunk)
 
 
+class _FrameQueue:
+    """The frames a connection's task has still to handle (``None``: the connection is gone): the part of
+    ``asyncio.Queue`` the task needs, with a future only while the task waits for the next frame."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: deque[bytes | None] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: bytes | None) -> None:
+        self._items.append(item)
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+    async def get(self) -> bytes | None:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        return self._items.popleft()
+
+
 class KafkaConnection(asyncio.Protocol):
     """One client connection on a listener."""
 
@@ -89,7 +121,7 @@ class KafkaConnection(asyncio.Protocol):
         self.listener_name = listener_name
         self.transport: asyncio.Transport | None = None
         self.decoder = FrameDecoder(broker.config.socket_request_max_bytes)
-        self.frames: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.frames = _FrameQueue()
         self.peer: tuple[Any, ...] | None = None
         self.client_software: tuple[str, str] | None = None
         self._paused_reading = False
@@ -343,6 +375,16 @@ class KafkaConnection(asyncio.Protocol):
         pending_bytes = 4
         for chunk in chunks:
             if isinstance(chunk, FileRegion):
+                if chunk.size <= SMALL_REGION_COPY and pending_bytes + chunk.size <= JOIN_WRITE_LIMIT:
+                    # a small region is read and joined into the same write: one pread and no second TCP send
+                    data = os.pread(chunk.file.fileno(), chunk.size, chunk.position) if chunk.size else b""
+                    if len(data) != chunk.size:
+                        log.error("segment file shorter than the region being sent; closing %s", self.peer)
+                        self.close()
+                        return
+                    pending.append(data)
+                    pending_bytes += len(data)
+                    continue
                 _write_joined(transport, pending, pending_bytes)
                 pending, pending_bytes = [], 0
                 await self._send_region(chunk)

@@ -540,10 +540,17 @@ class ReplicaManager:
         fut: asyncio.Future[None] = loop.create_future()
         for p in parts:
             (p.append_waiters if appends else p.waiters).add(fut)
+        # one future and one timer (not wait_for + shield: three futures and a callback chain per wait); the
+        # wakers skip a future that is done, so the timer, a wake-up or a cancellation may each come first
+        timer = loop.call_later(timeout_s, _set_done, fut)
         try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout_s)
-        except asyncio.TimeoutError:
-            pass
+            await fut
         finally:
+            timer.cancel()
             for p in parts:
                 (p.append_waiters if appends else p.waiters).discard(fut)
+
+
+def _set_done(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
