@@ -3,6 +3,7 @@
 #   ./dev.sh broker   start kbroker on the embedded default (localhost:9092, data in ./kbroker-data)
 #   ./dev.sh test     run every test (unit, property, and the real-client compat suite)
 #   ./dev.sh bench    run the benchmarks in bench/
+#   ./dev.sh profile  profile the broker under one of bench/request_cost.py's cases (py-spy, flame graph)
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$PWD
@@ -53,8 +54,12 @@ case "$cmd" in
     setup_python test,bench
     exec "$PY" bench/run.py "$@"
     ;;
+  profile)
+    setup_python test,bench
+    exec "$PY" bench/profile.py "$@"
+    ;;
   *)
-    sed -n '2,6p' "$0"
+    sed -n '2,7p' "$0"
     exit 2
     ;;
 esac
