@@ -87,7 +87,8 @@ async def handle(ctx, request: FetchRequest) -> FetchResponse:
     first = True
     while True:
         # a follower's position is recorded once per request, not again when a long poll reads again
-        read = _read_all(ctx, request, version, replica_id, record=first, quota=quota, denied=denied)
+        read = _read_all(ctx, request, version, replica_id, record=first, quota=quota, denied=denied,
+                         session=session if incremental else None)
         resp, total, parts, _ = read
         first = False
         remaining = deadline - time.monotonic()
@@ -97,8 +98,8 @@ async def handle(ctx, request: FetchRequest) -> FetchResponse:
             remaining = min(remaining, max(0.01, quota.throttle_time_s()))
         await broker.replica_manager.wait_for_data(parts, remaining, appends=follower)
         if time.monotonic() >= deadline:
-            return _answer(_read_all(ctx, request, version, replica_id, record=False, quota=quota, denied=denied),
-                           quota, session, incremental)
+            return _answer(_read_all(ctx, request, version, replica_id, record=False, quota=quota, denied=denied,
+                                     session=session if incremental else None), quota, session, incremental)
 
 
 def _session_of(cache, request: FetchRequest, version: int):  # noqa: ANN001, ANN202
@@ -163,12 +164,33 @@ def _answer(read, quota, session=None, incremental: bool = False) -> FetchRespon
 _LEADER_HINT_ERRORS = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH)
 
 
+def _unchanged(rm, topic: str, fp, sp, read_committed: bool):  # noqa: ANN001, ANN202
+    """The partition of a consumer's incremental fetch session when it has nothing to send: this broker leads it
+    at the client's epoch, the fetch offset is at or past what the consumer may read and within the log, and its
+    high watermark, last stable offset and log start offset are what the last response told. Such a partition is
+    left out of the response (KIP-227) without being read; else None (it is read as in a full fetch)."""
+    if sp is None or sp.sent is None:
+        return None
+    part = rm.partitions.get((topic, fp.partition))
+    if part is None or part.leader != part.local_id or fp.current_leader_epoch not in (-1, part.leader_epoch):
+        return None
+    hw, lso, start, leo = part.log.fetch_offsets()
+    sent = sp.sent
+    if sent[0] != hw or sent[1] != lso or sent[2] != start:
+        return None
+    offset = fp.fetch_offset
+    if (lso if read_committed else hw) <= offset <= leo and offset >= start:
+        return part
+    return None
+
+
 def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, record: bool = True, quota=None,
-              denied=None):
+              denied=None, session=None):
     """Read every requested partition once -> (response, bytes read or -1 on errors, partitions, bytes read of
     partitions throttled by ``quota``). ``replica_id`` >= 0: a follower's fetch (``record``: its position is
     recorded, see :func:`follower_position`); ``quota``: the leader's replication quota (KIP-73) for it; ``denied``:
-    the topic names answered TOPIC_AUTHORIZATION_FAILED (:func:`_denied_topics`)."""
+    the topic names answered TOPIC_AUTHORIZATION_FAILED (:func:`_denied_topics`); ``session``: the KIP-227 session
+    of an incremental fetch, whose partitions with nothing new are waited on but neither read nor answered."""
     broker = ctx.broker
     image = broker.controller.image
     rm = broker.replica_manager
@@ -193,7 +215,16 @@ def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, re
             topic_error = ErrorCode.TOPIC_AUTHORIZATION_FAILED  # before UNKNOWN_TOPIC_OR_PARTITION, as in Kafka
         out_topic = FetchResponse.FetchableTopicResponse(topic=ft.topic, topic_id=ft.topic_id)
         resp.responses.append(out_topic)
+        # an incremental session's partitions with nothing to send are only waited on (see _unchanged)
+        cached = session.partitions if session is not None and topic is not None and not topic_error \
+            and replica_id < 0 and not request.rack_id else None
+        session_key = ft.topic_id if version >= 13 else ft.topic
         for fp in ft.partitions:
+            if cached is not None:
+                part = _unchanged(rm, topic.name, fp, cached.get((session_key, fp.partition)), read_committed)
+                if part is not None:
+                    parts.append(part)
+                    continue
             pd = FetchResponse.PartitionData(partition_index=fp.partition, high_watermark=-1,
                                              last_stable_offset=-1, log_start_offset=-1,
                                              preferred_read_replica=-1, records=b"",
