@@ -59,7 +59,7 @@ case "$cmd" in
     exec "$PY" bench/profile.py "$@"
     ;;
   *)
-    sed -n '2,7p' "$0"
+    sed -n '2,6p' "$0"
     exit 2
     ;;
 esac

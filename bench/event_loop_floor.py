@@ -27,7 +27,6 @@ import statistics
 import struct
 import subprocess
 import sys
-import time
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 REQUEST = b"\x00" * 150  # about a one-record Produce request of 100 B
