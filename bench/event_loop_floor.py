@@ -21,14 +21,17 @@ Usage: ``python bench/event_loop_floor.py [--requests 20000] [--rounds 3]``
 from __future__ import annotations
 
 import argparse
-import os
 import socket
 import statistics
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.run import cpu_seconds  # noqa: E402
+from kbroker.testing.plugin import free_port  # noqa: E402
+
 REQUEST = b"\x00" * 150  # about a one-record Produce request of 100 B
 RESPONSE = struct.pack(">i", 50) + b"\x00" * 50
 
@@ -94,18 +97,6 @@ async def main():
 
 uvloop.run(main())
 """
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(kind: str, requests: int) -> float:

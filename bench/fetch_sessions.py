@@ -31,17 +31,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.run import cpu_seconds  # noqa: E402
 from compat_tests.clients import JavaDriver  # noqa: E402
 from compat_tests.conftest import CLASSES_DIR, JARS_DIR, compile_driver, ensure_jars  # noqa: E402
 from kbroker.testing import KbrokerProcess  # noqa: E402
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
 
 def run_once(driver: JavaDriver, sessions: bool, args: argparse.Namespace) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="kbroker-sessions-") as root:

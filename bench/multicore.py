@@ -210,12 +210,12 @@ def run_raw(node: Node, topic: str, args: argparse.Namespace) -> tuple[int, floa
     per = args.records // args.partitions
     q: multiprocessing.Queue = multiprocessing.Queue()
 
-    def timed(target: Any, extra: Any) -> tuple[list[Any], float, float]:
+    def timed(target: Any, extra: tuple[Any, ...]) -> tuple[list[Any], float, float]:
         """Start a process per partition, wait until each is connected, then time them from one signal."""
         ready: multiprocessing.Queue = multiprocessing.Queue()
         go = multiprocessing.Event()
-        workers = [multiprocessing.Process(target=target, args=(leaders[p], topic, p, extra, *rest, q, ready, go))
-                   for p in leaders for rest in [((args.size,) if target is _raw_produce else ())]]
+        workers = [multiprocessing.Process(target=target, args=(leaders[p], topic, p, *extra, q, ready, go))
+                   for p in leaders]
         for w in workers:
             w.start()
         for _ in workers:
@@ -228,11 +228,11 @@ def run_raw(node: Node, topic: str, args: argparse.Namespace) -> tuple[int, floa
             w.join(60)
         return results, elapsed, cpu
 
-    results, p_elapsed, p_cpu = timed(_raw_produce, per)
+    results, p_elapsed, p_cpu = timed(_raw_produce, (per, args.size))
     if sum(e for e, _ in results):
         raise RuntimeError(f"{sum(e for e, _ in results)} produce errors")
     total = sum(n for _, n in results)
-    counts, c_elapsed, c_cpu = timed(_raw_consume, total // len(leaders))
+    counts, c_elapsed, c_cpu = timed(_raw_consume, (total // len(leaders),))
     got = sum(counts)
     if got != total:
         raise RuntimeError(f"consumed {got} of {total}")

@@ -377,7 +377,7 @@ class KafkaConnection(asyncio.Protocol):
             if isinstance(chunk, FileRegion):
                 if chunk.size <= SMALL_REGION_COPY and pending_bytes + chunk.size <= JOIN_WRITE_LIMIT:
                     # a small region is read and joined into the same write: one pread and no second TCP send
-                    data = os.pread(chunk.file.fileno(), chunk.size, chunk.position) if chunk.size else b""
+                    data = os.pread(chunk.file.fileno(), chunk.size, chunk.position)
                     if len(data) != chunk.size:
                         log.error("segment file shorter than the region being sent; closing %s", self.peer)
                         self.close()

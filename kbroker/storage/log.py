@@ -407,12 +407,7 @@ class PartitionLog:
     def fetch_offsets(self) -> tuple[int, int, int, int]:
         """(high watermark, last stable offset, log start offset, log end offset) in one call: what an incremental
         fetch session compares for each of its partitions on every request (KIP-227), thousands per request."""
-        hw, start = self._high_watermark, self.log_start_offset
-        ongoing = self.producer_state.ongoing_txns
-        if ongoing:
-            first_unstable = min(ongoing)
-            return hw, (hw if first_unstable >= hw else max(first_unstable, start)), start, self._leo
-        return hw, hw, start, self._leo
+        return self._high_watermark, self.last_stable_offset, self.log_start_offset, self._leo
 
     def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping ``[fetch_offset, upper_bound_offset)`` (a read_committed Fetch):

@@ -172,7 +172,7 @@ def _unchanged(rm, topic: str, fp, sp, read_committed: bool):  # noqa: ANN001, A
     if sp is None or sp.sent is None:
         return None
     part = rm.partitions.get((topic, fp.partition))
-    if part is None or part.leader != part.local_id or fp.current_leader_epoch not in (-1, part.leader_epoch):
+    if part is None or not part.is_leader or fp.current_leader_epoch not in (-1, part.leader_epoch):
         return None
     hw, lso, start, leo = part.log.fetch_offsets()
     sent = sp.sent
