@@ -2,6 +2,7 @@
 # Set-up and entry points for a fresh clone. Everything it needs is installed on first use:
 #   ./dev.sh broker   start kbroker on the embedded default (localhost:9092, data in ./kbroker-data)
 #   ./dev.sh test     run every test (unit, property, and the real-client compat suite)
+#   ./dev.sh kafka    start the reference Apache Kafka 4.3.1 (one KRaft node on a free port, printed)
 #   ./dev.sh bench    run the benchmarks in bench/
 #   ./dev.sh profile  profile the broker under one of bench/request_cost.py's cases (py-spy, flame graph)
 set -euo pipefail
@@ -46,9 +47,16 @@ case "$cmd" in
     setup_python test,spark
     command -v kcat >/dev/null || need_apt kcat
     command -v javac >/dev/null || need_apt openjdk-17-jdk-headless
-    bash scripts/fetch_jars.sh
-    bash scripts/fetch_jars_spark.sh
+    command -v mvn >/dev/null || need_apt maven
+    bash scripts/fetch_jars.sh  # the Java clients and the reference Kafka 4.3.1, by coordinates (java/pom.xml)
     exec "$PY" -m pytest "$@"
+    ;;
+  kafka)
+    setup_python test
+    command -v javac >/dev/null || need_apt openjdk-17-jdk-headless
+    command -v mvn >/dev/null || need_apt maven
+    bash scripts/fetch_jars.sh kafka
+    exec "$PY" -m kbroker.testing.kafka "$@"
     ;;
   bench)
     setup_python test,bench
@@ -59,7 +67,7 @@ case "$cmd" in
     exec "$PY" bench/profile.py "$@"
     ;;
   *)
-    sed -n '2,6p' "$0"
+    sed -n '2,7p' "$0"
     exit 2
     ;;
 esac

@@ -735,10 +735,9 @@ DRIVER_SOURCE = JAVA_DIR / "KafkaDriver.java"
 CLASSES_DIR = JAVA_DIR / "classes"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 JARS_DIR = Path(os.environ.get("KBROKER_JARS_DIR", REPO_ROOT / ".cache" / "jars"))
-# jackson: the client's OAUTHBEARER login (its unsecured tokens are JSON)
-REQUIRED_JARS = ("kafka-clients-4.3.0.jar", "lz4-java-1.10.2.jar", "snappy-java-1.1.1.7.jar",
-                 "zstd-jni-1.5.6-10.jar", "slf4j-api-2.0.18.jar", "jackson-databind-2.21.2.jar",
-                 "jackson-core-2.21.2.jar", "jackson-annotations-2.21.jar")
+# resolved by scripts/fetch_jars.sh (profile clients of java/pom.xml); jackson is the client's OAUTHBEARER
+# login (its unsecured tokens are JSON)
+REQUIRED_JARS = ("kafka-clients-4.3.1.jar", "jackson-databind-2.21.2.jar", ".resolved")
 
 
 class JavaDriverError(AssertionError):
@@ -746,7 +745,7 @@ class JavaDriverError(AssertionError):
 
 
 class JavaDriver:
-    """Runs compat_tests/java/KafkaDriver.java (compiled) with kafka-clients 4.3.0."""
+    """Runs compat_tests/java/KafkaDriver.java (compiled) with kafka-clients 4.3.1."""
 
     def __init__(self, java: str, classpath: str) -> None:
         self.java = java

@@ -1,6 +1,6 @@
 """Topic administration from real admin clients: create, describe, configs, delete, recreate.
 
-The Java AdminClient (kafka-clients 4.3.0) and confluent-kafka's AdminClient each run the whole life
+The Java AdminClient (kafka-clients 4.3.1) and confluent-kafka's AdminClient each run the whole life
 cycle; kafka-python's admin client and kcat's metadata listing get lighter checks. A single broker is
 expected: every partition led by it, replicas and ISR exactly [it].
 """

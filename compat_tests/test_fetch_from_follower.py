@@ -10,7 +10,7 @@ everything back with a confluent-kafka consumer:
   leader's ``kafka_server_brokertopicmetrics_bytesout_total`` stays 0 and its
   ``kbroker_fetch_preferred_read_replica_total`` counts the redirect;
 * no ``client.rack``, or a rack no broker is in: the leader serves everything, no follower serves anything;
-* the Java client (kafka-clients 4.3.0, ``compat_tests/java/KafkaDriver.java``) with ``client.rack`` = a follower's
+* the Java client (kafka-clients 4.3.1, ``compat_tests/java/KafkaDriver.java``) with ``client.rack`` = a follower's
   rack: the same as confluent-kafka.
 
 Metadata names every broker's rack.

@@ -122,7 +122,7 @@ def test_java_driver_codecs_selftest(java_driver):
     assert set(by_codec) == {"none", "gzip", "snappy", "lz4", "zstd"}
     assert all(e["ok"] for e in by_codec.values()), by_codec
     done = java_driver.one(events, "done")
-    assert done["client_version"] == "4.3.0", done
+    assert done["client_version"] == "4.3.1", done
 
 
 def test_java_driver_fails_fast_on_closed_port(java_driver):

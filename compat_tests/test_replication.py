@@ -373,7 +373,7 @@ def test_reassignment_onto_an_added_broker_under_load(tmp_path):
 
 
 def test_java_kafka_python_and_aiokafka_producers_survive_leader_kills(tmp_path, java_driver):
-    """The Java client (kafka-clients 4.3.0), kafka-python and aiokafka, each an idempotent acks=all producer, write
+    """The Java client (kafka-clients 4.3.1), kafka-python and aiokafka, each an idempotent acks=all producer, write
     to RF 3 partitions (``min.insync.replicas=2``) while the leader of partition 0 is killed with SIGKILL and
     restarted twice: every record any of them saw acknowledged is read back once, at its offset, in order."""
     import asyncio

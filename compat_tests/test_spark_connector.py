@@ -2,7 +2,7 @@
 
 Runs only when the connector jars are provided: ``KBROKER_SPARK_JARS`` = comma-separated jars (or
 directories of jars): spark-sql-kafka-0-10_2.13, spark-token-provider-kafka-0-10_2.13, kafka-clients 3.9.0
-(``scripts/fetch_jars_spark.sh`` puts it in .cache/jars-3.9/) and commons-pool2. Otherwise every test here
+(``scripts/fetch_jars.sh clients39`` puts it in .cache/jars-3.9/) and commons-pool2. Otherwise every test here
 is skipped with "Spark's Kafka connector jar is not provided (set KBROKER_SPARK_JARS)"; docs/spark.md says
 how to get the jars. The project never builds or ships the connector.
 

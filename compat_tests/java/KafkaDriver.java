@@ -1,4 +1,4 @@
-// KafkaDriver: a small CLI around the real Apache Kafka Java client (kafka-clients 4.3.0), used by
+// KafkaDriver: a small CLI around the real Apache Kafka Java client (kafka-clients 4.3.1), used by
 // the kbroker compat suite (compat_tests/). It talks to a broker over TCP and prints one JSON
 // object per line on stdout; diagnostics go to stderr.
 //

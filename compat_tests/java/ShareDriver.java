@@ -1,4 +1,4 @@
-// ShareDriver: share-group (KIP-932) commands around the Apache Kafka Java client (kafka-clients 4.3.0) for
+// ShareDriver: share-group (KIP-932) commands around the Apache Kafka Java client (kafka-clients 4.3.1) for
 // compat_tests/test_share_groups.py. One JSON object per line on stdout; diagnostics on stderr.
 //
 // Build/run (the `share_driver` fixture in test_share_groups.py does this):

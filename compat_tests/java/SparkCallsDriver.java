@@ -18,7 +18,7 @@
 //            value, headers) with a callback, then flush.
 //
 // Build/run (compat_tests/test_spark_calls.py does this for you):
-//   scripts/fetch_jars_spark.sh
+//   scripts/fetch_jars.sh clients39
 //   javac -d .cache/spark-calls-classes -cp '.cache/jars-3.9/*' compat_tests/java/SparkCallsDriver.java
 //   java -cp '.cache/spark-calls-classes:.cache/jars-3.9/*' SparkCallsDriver <command> [--option value ...]
 //

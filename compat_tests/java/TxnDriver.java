@@ -1,4 +1,4 @@
-// TxnDriver: transactional programs on the real Apache Kafka Java client (kafka-clients 4.3.0) for
+// TxnDriver: transactional programs on the real Apache Kafka Java client (kafka-clients 4.3.1) for
 // compat_tests/test_transactions.py. One JSON object per line on stdout; diagnostics on stderr.
 //
 // Build/run (the test's fixture does this):

@@ -1,7 +1,7 @@
 """Shared pieces of the Spark tests (compat_tests/test_spark_*.py).
 
 * ``SparkCalls``: runs compat_tests/java/SparkCallsDriver.java (compiled into .cache/spark-calls-classes/)
-  on kafka-clients 3.9.0 from .cache/jars-3.9/ (``scripts/fetch_jars_spark.sh``).
+  on kafka-clients 3.9.0 from .cache/jars-3.9/ (``scripts/fetch_jars.sh clients39``).
 * ``spark_session()``: one local SparkSession per test process, bound to loopback, with the Kafka
   connector jars from ``KBROKER_SPARK_JARS`` when given (see examples/clickstream/session.py).
 * ``require_pyspark()`` / ``connector_jars_or_skip()``: what the tests need, or skip with the reason
@@ -28,9 +28,8 @@ EXAMPLE_DIR = REPO_ROOT / "examples" / "clickstream"
 DRIVER_SOURCE = REPO_ROOT / "compat_tests" / "java" / "SparkCallsDriver.java"
 CLASSES_DIR = Path(os.environ.get("KBROKER_SPARK_CALLS_CLASSES", REPO_ROOT / ".cache" / "spark-calls-classes"))
 CLIENT_JARS_DIR = Path(os.environ.get("KBROKER_SPARK_CLIENT_JARS_DIR", REPO_ROOT / ".cache" / "jars-3.9"))
-CLIENT_JARS = ("kafka-clients-3.9.0.jar", "lz4-java-1.8.0.jar", "snappy-java-1.1.10.5.jar", "zstd-jni-1.5.6-4.jar",
-               "slf4j-api-2.0.16.jar")
-FETCH_SCRIPT = REPO_ROOT / "scripts" / "fetch_jars_spark.sh"
+CLIENT_JARS = ("kafka-clients-3.9.0.jar", ".resolved")  # scripts/fetch_jars.sh clients39 (java/pom.xml)
+FETCH_SCRIPT = REPO_ROOT / "scripts" / "fetch_jars.sh"
 
 JARS_ENV = "KBROKER_SPARK_JARS"
 NO_CONNECTOR_REASON = "Spark's Kafka connector jar is not provided (set KBROKER_SPARK_JARS)"
@@ -47,13 +46,12 @@ def _missing_client_jars() -> list[str]:
 
 
 def ensure_client_jars() -> None:
-    """Run scripts/fetch_jars_spark.sh when a jar is missing; a failure is an error, not a skip."""
+    """Run scripts/fetch_jars.sh clients39 when a jar is missing; a failure is an error, not a skip."""
     if not _missing_client_jars():
         return
-    r = subprocess.run(["bash", str(FETCH_SCRIPT)], capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "KBROKER_SPARK_CLIENT_JARS_DIR": str(CLIENT_JARS_DIR)})
+    r = subprocess.run(["bash", str(FETCH_SCRIPT), "clients39"], capture_output=True, text=True, timeout=600)
     if r.returncode != 0 or _missing_client_jars():
-        pytest.fail(f"scripts/fetch_jars_spark.sh could not provide {_missing_client_jars()} in {CLIENT_JARS_DIR} "
+        pytest.fail(f"scripts/fetch_jars.sh clients39 could not provide {_missing_client_jars()} in {CLIENT_JARS_DIR} "
                     f"(exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}", pytrace=False)
 
 

@@ -23,6 +23,10 @@ every node has ``controller.quorum.bootstrap.servers`` naming the first controll
 ``--no-initial-controllers`` and follow as observers until :meth:`KbrokerCluster.add_voter` (``kbroker-metadata-quorum
 add-controller``) makes them voters.
 
+Under the ``kafka`` test target (``KBROKER_TEST_TARGET=kafka``, or ``target="kafka"``) the same cluster is made of
+Apache Kafka 4.3.1 nodes (:class:`~kbroker.testing.kafka.KafkaProcess`, storage formatted by Kafka's StorageTool), with
+the same hooks: the reference that a cluster test's expectations are checked against.
+
 Every wait is bounded (``timeout`` seconds) and raises on expiry.
 """
 
@@ -36,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from kbroker.testing.plugin import (BrokerStartError, KbrokerProcess, api_versions_probe, free_port,
+from kbroker.testing.plugin import (BrokerStartError, KbrokerProcess, api_versions_probe, free_port, process_class,
                                     tcp_connectable)
 
 __all__ = ["ControllerProcess", "KbrokerCluster", "wait_until"]
@@ -80,11 +84,20 @@ class KbrokerCluster:
     def __init__(self, root: str | os.PathLike[str], nodes: int = 3, overrides: Mapping[str, Any] | None = None,
                  host: str = "127.0.0.1", start_timeout: float = 90.0, brokers: int = 0,
                  link_proxies: bool = False, dynamic_quorum: bool = False,
-                 node_overrides: Mapping[int, Mapping[str, Any]] | None = None) -> None:
+                 node_overrides: Mapping[int, Mapping[str, Any]] | None = None, target: str | None = None) -> None:
         if dynamic_quorum and (not brokers or link_proxies):
             raise ValueError("dynamic_quorum needs separate brokers and no link proxies")
         self.dynamic_quorum = dynamic_quorum
         self._formatted = False
+        #: the node classes: kbroker's, or Apache Kafka's under the ``kafka`` target
+        self.node_class = process_class(target)
+        self.kafka = self.node_class.target == "kafka"
+        if self.kafka:
+            from kbroker.testing.kafka import KafkaControllerProcess  # noqa: PLC0415
+
+            self.controller_class: type[KbrokerProcess] = KafkaControllerProcess
+        else:
+            self.controller_class = ControllerProcess
         self.root = Path(root)
         self.host = host
         self.cluster_id = _cluster_id()
@@ -116,7 +129,7 @@ class KbrokerCluster:
         self.nodes: dict[int, KbrokerProcess] = {}
         for i in ids:
             if brokers:
-                self.nodes[i] = ControllerProcess(self.root / f"controller{i}", port=self.controller_ports[i],
+                self.nodes[i] = self.controller_class(self.root / f"controller{i}", port=self.controller_ports[i],
                                                   node_id=i, overrides={**common, **extra, **own.get(i, {})},
                                                   host=host,
                                                   start_timeout=start_timeout)
@@ -127,14 +140,18 @@ class KbrokerCluster:
                 "advertised.listeners": f"PLAINTEXT://{host}:{port}",
                 **common, **extra, **own.get(i, {}),
             }
-            self.nodes[i] = KbrokerProcess(self.root / f"node{i}", port=port, node_id=i, overrides=props,
-                                           host=host, start_timeout=start_timeout)
+            self.nodes[i] = self.node_class(self.root / f"node{i}", port=port, node_id=i, overrides=props,
+                                            host=host, start_timeout=start_timeout, **self._extra(i))
         for i in self.broker_ids if brokers else ():
             port = free_port(host)
             props = {"process.roles": "broker", "listeners": f"PLAINTEXT://{host}:{port}",
                      "advertised.listeners": f"PLAINTEXT://{host}:{port}", **common, **extra, **own.get(i, {})}
-            self.nodes[i] = KbrokerProcess(self.root / f"broker{i}", port=port, node_id=i, overrides=props,
-                                           host=host, start_timeout=start_timeout)
+            self.nodes[i] = self.node_class(self.root / f"broker{i}", port=port, node_id=i, overrides=props,
+                                            host=host, start_timeout=start_timeout)
+
+    def _extra(self, node_id: int) -> dict[str, Any]:
+        """Constructor arguments only Kafka nodes take: a combined node's CONTROLLER listener port."""
+        return {"controller_port": self.controller_ports[node_id]} if self.kafka else {}
 
     @property
     def bootstrap(self) -> str:
@@ -189,9 +206,13 @@ class KbrokerCluster:
         return path
 
     def format(self, node_id: int, *flags: str) -> str:
-        """``kbroker-storage format`` for node ``node_id`` with this cluster's id; returns its output."""
+        """``kbroker-storage format`` (Kafka's StorageTool for Kafka nodes) for node ``node_id`` with this cluster's
+        id; returns its output."""
         import subprocess
         import sys
+
+        if self.kafka:
+            return self.nodes[node_id].format(*flags)  # type: ignore[attr-defined]
 
         out = subprocess.run([sys.executable, "-m", "kbroker.cli.storage", "format", "-t", self.cluster_id, "-c",
                               str(self.properties_file(node_id)), *flags], capture_output=True, text=True,
@@ -207,6 +228,16 @@ class KbrokerCluster:
         import sys
 
         via = via if via is not None else next(i for i in self.controller_ids if self.nodes[i].is_running())
+        if self.kafka:
+            from kbroker.testing.kafka import run_kafka_tool  # noqa: PLC0415
+
+            self.nodes[node_id].write_config()
+            out = run_kafka_tool("org.apache.kafka.tools.MetadataQuorumCommand", "--command-config",
+                                 str(self.nodes[node_id].config_path), "--bootstrap-controller",
+                                 self.nodes[via].bootstrap, "add-controller", timeout=60)
+            if out.returncode != 0:
+                raise RuntimeError(f"add-controller {node_id} failed: {out.stderr.strip()}")
+            return out.stdout
         out = subprocess.run([sys.executable, "-m", "kbroker.cli.metadata_quorum", "--command-config",
                               str(self.properties_file(node_id)), "--bootstrap-controller",
                               self.nodes[via].bootstrap, "add-controller"], capture_output=True, text=True,
@@ -224,8 +255,8 @@ class KbrokerCluster:
             raise ValueError(f"node {node_id} exists")
         port = free_port(self.host)
         self.controller_ports[node_id] = port
-        node = ControllerProcess(self.root / f"controller{node_id}", port=port, node_id=node_id,
-                                 overrides=dict(self._common), host=self.host, start_timeout=self.start_timeout)
+        node = self.controller_class(self.root / f"controller{node_id}", port=port, node_id=node_id,
+                                     overrides=dict(self._common), host=self.host, start_timeout=self.start_timeout)
         self.nodes[node_id] = node
         self.controller_ids.append(node_id)
         if self.dynamic_quorum:
@@ -244,8 +275,8 @@ class KbrokerCluster:
         port = free_port(self.host)
         props = {"process.roles": "broker", "listeners": f"PLAINTEXT://{self.host}:{port}",
                  "advertised.listeners": f"PLAINTEXT://{self.host}:{port}", **self._common}
-        node = KbrokerProcess(self.root / f"broker{node_id}", port=port, node_id=node_id, overrides=props,
-                              host=self.host, start_timeout=self.start_timeout)
+        node = self.node_class(self.root / f"broker{node_id}", port=port, node_id=node_id, overrides=props,
+                               host=self.host, start_timeout=self.start_timeout)
         self.nodes[node_id] = node
         self.broker_ids.append(node_id)
         node.start()
@@ -363,7 +394,10 @@ class KbrokerCluster:
         seen: list[int] = []
         while time.monotonic() < deadline:
             seen = []
-            for i in self.running():
+            # Kafka's controller-only followers answer NOT_LEADER_OR_FOLLOWER without naming the leader; its
+            # brokers forward DescribeQuorum to the active controller, so they are the ones asked
+            asked = [i for i in self.running() if not self.kafka or i in self.broker_ids]
+            for i in asked:
                 if not tcp_connectable(self.host, self.nodes[i].port):
                     continue
                 try:
@@ -436,6 +470,8 @@ def quorum_leader(host: str, port: int, timeout: float = 5.0) -> int:
     resp = ask(host, port, ApiKey.DESCRIBE_QUORUM, 0, req, DescribeQuorumResponse, timeout)
     if resp.error_code or not resp.topics or not resp.topics[0].partitions:
         raise ValueError(f"DescribeQuorum failed: error {resp.error_code}")
+    if resp.topics[0].partitions[0].error_code and resp.topics[0].partitions[0].leader_id <= 0:
+        raise ValueError(f"DescribeQuorum failed: partition error {resp.topics[0].partitions[0].error_code}")
     return resp.topics[0].partitions[0].leader_id
 
 

@@ -10,16 +10,27 @@ Fixtures
     ``bootstrap_servers`` ``kafka_broker.bootstrap`` as a string ("127.0.0.1:PORT").
     ``kbroker_factory``   function-scoped: ``kbroker_factory(overrides={...})`` starts a fresh kbroker
                           subprocess (own port, own data dir) and returns its ``KbrokerProcess``; all of
-                          them are stopped at teardown. Always kbroker (for kill -9/restart tests), so
-                          tests using it are skipped when the target is not ``kbroker``.
+                          them are stopped at teardown. With the ``kafka`` target it starts Kafka nodes
+                          (:class:`~kbroker.testing.kafka.KafkaProcess`) the same way; with ``external`` and
+                          ``testcontainers`` the tests using it are skipped (no process of theirs to kill).
 
 Targets (``KBROKER_TEST_TARGET`` or ``--kbroker-target``)
     ``kbroker``         default: ``python -m kbroker.cli.main server-start`` on a free port with a
                         temporary data dir.
+    ``kafka``           the reference: Apache Kafka 4.3.1 (KRaft, combined mode) as a JVM process on free
+                        ports, storage formatted by Kafka's StorageTool, the same server properties
+                        (:mod:`kbroker.testing.kafka`; jars by coordinates, ``scripts/fetch_jars.sh``).
     ``external``        an already running broker at ``KBROKER_BOOTSTRAP`` (or ``--kbroker-bootstrap``).
     ``testcontainers``  Apache Kafka in Docker via testcontainers (imported lazily; image from
                         ``KBROKER_TEST_KAFKA_IMAGE``); skipped with "no Docker engine" when no Docker
                         engine answers.
+
+Markers
+    ``kbroker_only(reason)``  the test checks something only kbroker has (its own files, logs or tools):
+                          skipped on the other targets with the reason (deselect with ``-m "not kbroker_only"``).
+
+The selected target is also put into ``KBROKER_TEST_TARGET`` for the harness (``KbrokerCluster`` builds Kafka
+nodes under ``kafka``).
 
 Options
     ``--kbroker-log``            on failure, attach the broker log written during the test.
@@ -49,7 +60,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import pytest
 
-TARGETS = ("kbroker", "external", "testcontainers")
+TARGETS = ("kbroker", "kafka", "external", "testcontainers")
 DEFAULT_START_TIMEOUT = 60.0
 DEFAULT_STOP_TIMEOUT = 30.0
 DEFAULT_KAFKA_IMAGE = "confluentinc/cp-kafka:7.9.0"
@@ -538,6 +549,8 @@ def selected_target(config: pytest.Config) -> str:
 
 def pytest_configure(config: pytest.Config) -> None:
     target = selected_target(config)
+    os.environ["KBROKER_TEST_TARGET"] = target  # KbrokerCluster and subprocesses follow the same target
+    config.addinivalue_line("markers", "kbroker_only(reason): checks what only kbroker has; skipped on other targets")
     if target == "external" and not (config.getoption("--kbroker-bootstrap") or os.environ.get("KBROKER_BOOTSTRAP")):
         raise pytest.UsageError("KBROKER_TEST_TARGET=external needs KBROKER_BOOTSTRAP=host:port "
                                 "(or --kbroker-bootstrap)")
@@ -548,6 +561,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     extra = ""
     if target == "external":
         extra = f" at {config.getoption('--kbroker-bootstrap') or os.environ.get('KBROKER_BOOTSTRAP')}"
+    elif target == "kafka":
+        from kbroker.testing.kafka import KAFKA_VERSION  # noqa: PLC0415
+
+        extra = f" (Apache Kafka {KAFKA_VERSION}, JVM)"
     elif target == "testcontainers":
         extra = f" image {os.environ.get('KBROKER_TEST_KAFKA_IMAGE', DEFAULT_KAFKA_IMAGE)}"
     return [f"kbroker target: {target}{extra}"]
@@ -581,14 +598,15 @@ def kafka_broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         finally:
             cbroker.stop()
         return
-    proc = KbrokerProcess(tmp_path_factory.mktemp("kbroker-session"),
-                          overrides=_parse_overrides(config.getoption("--kbroker-override")),
-                          python=config.getoption("--kbroker-python"))
+    node_class = process_class(target)
+    proc = node_class(tmp_path_factory.mktemp(f"{target}-session"),
+                      overrides=_parse_overrides(config.getoption("--kbroker-override")),
+                      python=config.getoption("--kbroker-python"))
     try:
         proc.start()
     except BrokerStartError as exc:
         proc.close()
-        pytest.fail(f"could not start the session kbroker: {exc}", pytrace=False)
+        pytest.fail(f"could not start the session {target}: {exc}", pytrace=False)
     try:
         yield proc
     finally:
@@ -600,19 +618,31 @@ def bootstrap_servers(kafka_broker: Any) -> str:
     return kafka_broker.bootstrap
 
 
-class KbrokerFactory:
-    """Callable returned by the ``kbroker_factory`` fixture."""
+def process_class(target: str | None = None) -> type[KbrokerProcess]:
+    """The node class of ``target`` (default: ``KBROKER_TEST_TARGET``): :class:`KbrokerProcess`, or
+    :class:`~kbroker.testing.kafka.KafkaProcess` for ``kafka``."""
+    target = target or os.environ.get("KBROKER_TEST_TARGET") or "kbroker"
+    if target == "kafka":
+        from kbroker.testing.kafka import KafkaProcess  # noqa: PLC0415 (the plugin does not need it otherwise)
 
-    def __init__(self, base_dir: Path, python: str | None) -> None:
+        return KafkaProcess
+    return KbrokerProcess
+
+
+class KbrokerFactory:
+    """Callable returned by the ``kbroker_factory`` fixture: starts nodes of ``node_class``."""
+
+    def __init__(self, base_dir: Path, python: str | None, node_class: type[KbrokerProcess] = KbrokerProcess) -> None:
         self.base_dir = base_dir
         self.python = python
+        self.node_class = node_class
         self.brokers: list[KbrokerProcess] = []
 
     def __call__(self, overrides: Mapping[str, Any] | None = None, *, start: bool = True,
                  port: int | None = None, **kwargs: Any) -> KbrokerProcess:
         data_dir = self.base_dir / f"broker{len(self.brokers)}"
-        proc = KbrokerProcess(data_dir, port=port, overrides=overrides, python=kwargs.pop("python", self.python),
-                              **kwargs)
+        proc = self.node_class(data_dir, port=port, overrides=overrides, python=kwargs.pop("python", self.python),
+                               **kwargs)
         self.brokers.append(proc)
         if start:
             proc.start()
@@ -627,9 +657,9 @@ class KbrokerFactory:
 def kbroker_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KbrokerFactory]:
     """Start fresh kbroker subprocesses with custom overrides; all stopped at teardown."""
     target = selected_target(request.config)
-    if target != "kbroker":
-        pytest.skip(f"needs its own kbroker subprocess (kill -9 / restart); target is {target!r}")
-    factory = KbrokerFactory(tmp_path, request.config.getoption("--kbroker-python"))
+    if target not in ("kbroker", "kafka"):
+        pytest.skip(f"needs its own broker subprocess (kill -9 / restart); target is {target!r}")
+    factory = KbrokerFactory(tmp_path, request.config.getoption("--kbroker-python"), process_class(target))
     try:
         yield factory
     finally:
@@ -661,6 +691,13 @@ _LOG_MARKS = pytest.StashKey[dict]()
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    # ``@pytest.mark.kbroker_only("why")``: skipped on every target but kbroker, saying why, before any fixture
+    # (a session broker of the other target) is set up for it
+    mark = item.get_closest_marker("kbroker_only")
+    target = selected_target(item.config)
+    if mark is not None and target != "kbroker":
+        reason = mark.args[0] if mark.args else mark.kwargs.get("reason", "kbroker-only")
+        pytest.skip(f"kbroker only ({reason}); target is {target!r}")
     item.stash[_LOG_MARKS] = {id(p): p.log_size() for p in list(KbrokerProcess._instances)}
 
 
