@@ -114,7 +114,7 @@ async def handle(ctx, request: CreateTopicsRequest) -> R:
         creatable = common.authorized_names(ctx, AclOperation.CREATE, ResourceType.TOPIC, single)
         refused = {i: R.CreatableTopicResult(name=t.name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                              error_message="Authorization failed.", num_partitions=-1,
-                                             replication_factor=-1, configs=None)
+                                             replication_factor=-1, configs=[])
                    for i, t in enumerate(request.topics) if t.name in single and t.name not in creatable}
     resp = await common.answer_refused(ctx, request, "topics", "topics", refused, _create, R)
     created = [t for t in resp.topics if t.error_code == ErrorCode.NONE]
@@ -141,7 +141,7 @@ async def _create(ctx, request: CreateTopicsRequest) -> R:
     for name in sorted(refused):
         resp.topics.append(R.CreatableTopicResult(
             name=name, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED, error_message=common.THROTTLING_QUOTA_MESSAGE,
-            num_partitions=-1, replication_factor=-1, configs=None))
+            num_partitions=-1, replication_factor=-1, configs=[]))
     return resp
 
 
@@ -181,6 +181,6 @@ async def _handle(ctx, request: CreateTopicsRequest) -> R:
                                for e in _topic_entries(ctx, t.name, None, False)]
         else:
             out.num_partitions = out.replication_factor = -1
-            out.configs = None
+            out.configs = []  # as Kafka: an empty list, not null
         resp.topics.append(out)
     return resp

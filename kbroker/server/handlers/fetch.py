@@ -272,6 +272,12 @@ def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, re
             except KafkaError as exc:
                 pd.error_code = exc.code
                 had_error = True
+                # as Kafka's answer for a partition in error: no offsets; and for a topic or partition it does not
+                # know, an empty (not null) list of aborted transactions
+                pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
+                if exc.code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
+                                ErrorCode.TOPIC_AUTHORIZATION_FAILED):
+                    pd.aborted_transactions = []
                 if exc.code in _LEADER_HINT_ERRORS and version >= 12 and topic is not None:
                     # KIP-951: the leader this broker knows, and (v16+) its address, saves the client a
                     # metadata round trip
