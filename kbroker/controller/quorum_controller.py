@@ -55,7 +55,7 @@ from kbroker.controller.image import (
     is_internal,
 )
 from kbroker.controller.replica_placement import place_replicas
-from kbroker.controller.records import decode_metadata_record, encode_metadata_record
+from kbroker.controller.records import MetadataRecordError, decode_metadata_record, encode_metadata_record
 from kbroker.controller.client_quota_control import plan_alter_client_quotas
 from kbroker.controller.scram_control import plan_alter_user_scram_credentials
 from kbroker.controller.snapshot import (
@@ -659,7 +659,13 @@ class QuorumController:
                     delta.advance_offset(batch.last_offset)
                 continue
             for rec in batch.records():
-                msg = decode_metadata_record(rec.value)
+                try:
+                    msg = decode_metadata_record(rec.value)
+                except MetadataRecordError as exc:
+                    # e.g. a record type or version that a newer Kafka wrote: replaying past it would build a
+                    # different cluster than the one that wrote the log, so kbroker refuses to go on
+                    raise MetadataStorageError(f"cannot replay the metadata log {self.partition_dir} at offset "
+                                               f"{rec.offset}: {exc}") from exc
                 if isinstance(msg, BeginTransactionRecord):
                     if pending is not None:
                         log.warning("metadata transaction at offset %d begins inside another; dropping the "
@@ -1048,10 +1054,24 @@ class QuorumController:
             return out
 
     def _leaders_for_unfenced(self, broker_id: int) -> list[PartitionChangeRecord]:
+        """Records that make a broker coming back (unfenced) the leader of every leaderless partition it may lead:
+        where it is in the ISR, or, where the ISR is empty, where it is an eligible leader replica (KIP-966: Kafka
+        4.1+ empties the ISR of a partition whose last in-sync replica shut down cleanly and keeps that replica in
+        ``eligibleLeaderReplicas``; it then leads again alone in the ISR, the ELR cleared, as Kafka elects it)."""
         image = self.latest_image
-        return [PartitionChangeRecord(topic_id=topic.topic_id, partition_id=p.partition_id, leader=broker_id)
-                for topic in image.topics_by_name.values() for p in topic.partitions.values()
-                if p.leader == -1 and broker_id in p.isr]
+        out = []
+        for topic in image.topics_by_name.values():
+            for p in topic.partitions.values():
+                if p.leader != -1:
+                    continue
+                if broker_id in p.isr:
+                    out.append(PartitionChangeRecord(topic_id=topic.topic_id, partition_id=p.partition_id,
+                                                     leader=broker_id))
+                elif not p.isr and broker_id in p.eligible_leader_replicas:
+                    out.append(PartitionChangeRecord(topic_id=topic.topic_id, partition_id=p.partition_id,
+                                                     leader=broker_id, isr=[broker_id], eligible_leader_replicas=[],
+                                                     last_known_elr=[]))
+        return out
 
     # ---- broker registration ----
     def _security_protocol(self, listener: str) -> int:
@@ -1142,8 +1162,10 @@ class QuorumController:
             unfence = BrokerRegistrationChangeRecord(broker_id=broker_id, broker_epoch=broker_epoch, fenced=-1)
             self._commit_partition_changes([], unclean)
             records: list[Any] = [reg, unfence]
+            # a quorum of one never fences itself, but a metadata log written by another controller (Kafka's, which
+            # fences a node at its controlled shutdown and leaves its partitions leaderless) may hold it fenced
+            records += self._leaders_for_unfenced(broker_id)
             if self.raft_mode:
-                records += self._leaders_for_unfenced(broker_id)
                 self._heartbeats.pop(broker_id, None)
             image = self._commit(records)
             return image.brokers[broker_id]

@@ -430,8 +430,11 @@ class LogCleaner:
 
     def _load_checkpoints(self) -> None:
         for root in self.log_manager.log_dirs:
+            path = Path(root) / CLEANER_OFFSET_CHECKPOINT
             try:
-                self.first_dirty.update(OffsetCheckpointFile(Path(root) / CLEANER_OFFSET_CHECKPOINT).read())
+                if path.is_file() and path.stat().st_size == 0:
+                    continue  # Kafka creates the file empty at start-up and keeps it so until a log is cleaned
+                self.first_dirty.update(OffsetCheckpointFile(path).read())
             except (CheckpointError, OSError) as exc:
                 log.warning("ignoring unreadable cleaner checkpoint in %s: %s", root, exc)
 

@@ -583,3 +583,43 @@ def test_brokers_register_their_feature_ranges_and_updates_respect_them(make):
         qc.update_features({"group.version": 0})
     assert exc.value.message == "Invalid update version 0 for feature group.version. Broker 2 only supports versions 1"
     assert _restart(qc).image.brokers[2].supported_features["group.version"] == (1, 1)
+
+
+def test_restart_after_kafkas_controlled_shutdown_elects_the_eligible_leader_replica(make):
+    """Kafka 4.1+ (eligible leader replicas on) ends a single node's metadata log, at its controlled shutdown, with
+    the broker fenced and each partition it led leaderless with an empty ISR and the broker as its eligible leader
+    replica. kbroker started on that log registers the node again and makes it the leader of those partitions (ISR
+    = itself, ELR cleared), as Kafka's controller does when the broker comes back."""
+    qc = make()
+    assert _create(qc, "t", 2).error_code == E.NONE
+    topic = qc.image.topics_by_name["t"]
+    epoch = qc.image.brokers[1].broker_epoch
+    qc._commit([mr.BrokerRegistrationChangeRecord(broker_id=1, broker_epoch=epoch, fenced=1)]
+               + [mr.PartitionChangeRecord(topic_id=topic.topic_id, partition_id=p, isr=[], leader=-1,
+                                           eligible_leader_replicas=[1], last_known_elr=[1]) for p in (0, 1)])
+    assert qc.image.topics_by_name["t"].partitions[0].leader == -1
+    qc = _restart(qc)
+    try:
+        assert not qc.image.brokers[1].fenced
+        for p in qc.image.topics_by_name["t"].partitions.values():
+            assert (p.leader, p.isr, p.eligible_leader_replicas, p.last_known_elr) == (1, (1,), (), ())
+    finally:
+        qc.shutdown()
+
+
+def test_a_metadata_record_kbroker_does_not_know_stops_the_start_with_where_it_is(make):
+    """A record type (or version) kbroker does not know, e.g. from a newer Kafka: start-up fails with one
+    MetadataStorageError naming the log and the offset, before anything is appended."""
+    qc = make()
+    qc.shutdown()
+    log_file = sorted((Path(qc.config.log_dirs[0]) / METADATA_PARTITION_DIR).glob("*.log"))[-1]
+    data = log_file.read_bytes()
+    last = list(iter_batches(data))[-1]
+    value = bytes([1, 99, 0, 0])  # frame version 1, record type 99, version 0, an empty tagged-field section
+    log_file.write_bytes(data + build_batch([(None, value)], base_offset=last.last_offset + 1,
+                                            partition_leader_epoch=last.partition_leader_epoch))
+    size = log_file.stat().st_size
+    offset = last.last_offset + 1
+    with pytest.raises(MetadataStorageError, match=rf"at offset {offset}: unknown metadata record type 99"):
+        QuorumController(qc.config).startup()
+    assert log_file.stat().st_size == size

@@ -319,3 +319,25 @@ def test_recreated_log_starts_dirty(manager):
     assert cleaner.cleanable(again, NOW).first_dirty_offset == 0
     cleaner.clean_now(again, NOW)
     assert [v for _, _, v in _records(again)] == [b"4"]
+
+
+def test_empty_cleaner_checkpoint_as_kafka_leaves_it_is_read_quietly(tmp_path, caplog):
+    """Kafka creates ``cleaner-offset-checkpoint`` empty at start-up and keeps it so until it cleans a log: a log
+    directory Kafka wrote has one. Kafka reads an empty checkpoint file as no entries; so does kbroker, without the
+    warning a damaged checkpoint gets."""
+    root = tmp_path / "d"
+    root.mkdir()
+    (root / CLEANER_OFFSET_CHECKPOINT).write_bytes(b"")
+    lm = LogManager([root], COMPACT)
+    lm.startup(now_ms=NOW)
+    try:
+        with caplog.at_level("WARNING", logger="kbroker.storage.cleaner"):
+            cleaner = LogCleaner(lm)
+        assert cleaner.first_dirty == {}
+        assert not [r for r in caplog.records if r.name == "kbroker.storage.cleaner"]
+        (root / CLEANER_OFFSET_CHECKPOINT).write_bytes(b"0\n")  # a truncated one still warns
+        with caplog.at_level("WARNING", logger="kbroker.storage.cleaner"):
+            LogCleaner(lm)
+        assert any("unreadable cleaner checkpoint" in r.getMessage() for r in caplog.records)
+    finally:
+        lm.shutdown()
