@@ -173,7 +173,9 @@ class Partition:
 
     def isr_expansion(self, replica_id: int) -> list[int] | None:
         """The ISR with ``replica_id`` added, if it is a replica outside the ISR that has caught up with the high
-        watermark (and with the start of the leader's epoch); else None."""
+        watermark (and with the start of the leader's epoch); else None. In ascending id order, as Kafka's leader
+        proposes it (its ISR is a hash set of node ids: ``kafka-topics --describe`` shows ``Isr: 1,3`` after 1
+        joins ``3``), not in the order replicas joined."""
         if replica_id in self.isr or replica_id not in self.replicas or self.pending_isr is not None:
             return None
         state = self.followers.get(replica_id)
@@ -182,18 +184,18 @@ class Partition:
         epoch_start = self.log.leader_epoch_cache.start_offset_of(self.leader_epoch)
         if epoch_start is not None and state.log_end_offset < epoch_start:
             return None
-        return self.isr + [replica_id]
+        return sorted(self.isr + [replica_id])
 
     def isr_shrink(self, now_ms: int, max_lag_ms: int) -> list[int] | None:
         """The ISR without followers not caught up within ``max_lag_ms`` (``replica.lag.time.max.ms``), if any;
-        the leader always stays."""
+        the leader always stays. In ascending id order, as Kafka's leader proposes it (see :meth:`isr_expansion`)."""
         if self.pending_isr is not None:
             return None
         def caught_up(r: int) -> bool:
             state = self.followers.get(r)
             return r == self.local_id or state is None or now_ms - state.last_caught_up_ms <= max_lag_ms
 
-        out = [r for r in self.isr if caught_up(r)]
+        out = sorted(r for r in self.isr if caught_up(r))
         return out if len(out) < len(self.isr) else None
 
     def maybe_increment_high_watermark(self) -> bool:

@@ -406,6 +406,19 @@ class GroupCoordinator:
         assert result is not None
         return result
 
+    def share_group_create_for_offsets(self, group_id: str) -> tuple[int, str | None]:
+        """AlterShareGroupOffsets' check: an unknown group id becomes an empty share group (as Kafka); (error,
+        message) as :meth:`share_group_admin_check` with ``need_empty``."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID, None
+        try:
+            result = self.runtime.write(self.partition_for(group_id),
+                                        lambda shard: shard.share_group_create_for_offsets(group_id))
+        except KafkaError as exc:
+            return exc.code, exc.message
+        assert result is not None
+        return result
+
     def share_group_subscribed_topics(self, group_id: str) -> set[str]:
         """The topic names the members of share group ``group_id`` subscribe to (empty: no such group here)."""
         try:

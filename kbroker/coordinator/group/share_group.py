@@ -420,6 +420,16 @@ class ShareGroupOps:
             return ErrorCode.NON_EMPTY_GROUP, "The group is not empty."
         return ErrorCode.NONE, None
 
+    def share_group_create_for_offsets(self, group_id: str) -> CoordinatorResult[tuple[int, str | None]]:
+        """AlterShareGroupOffsets of a group id nobody uses: an empty share group is created (its
+        ``ShareGroupMetadata`` record at epoch 0), as Kafka's coordinator does; then the admin check."""
+        known = group_id in self.groups or group_id in self.consumer_groups  # type: ignore[attr-defined]
+        if group_id in self.share_groups or known:
+            return CoordinatorResult(response=self.share_group_admin_check(group_id, need_empty=True))
+        return CoordinatorResult(records=[CoordinatorRecord(cr.ShareGroupMetadataKey(group_id=group_id),
+                                                            cr.ShareGroupMetadataValue(epoch=0), 0)],
+                                 response=(ErrorCode.NONE, None))
+
     def share_group_tombstones(self, group_id: str) -> tuple[int, list[CoordinatorRecord]]:
         """DeleteGroups of a share group: (NONE and the group's tombstones) or (NON_EMPTY_GROUP, [])."""
         group = self.share_groups[group_id]

@@ -1,7 +1,9 @@
 """AlterShareGroupOffsets (API key 91), version 0: set the share-partition start offsets of an empty share group
 (KIP-932; the Admin client's ``alterShareGroupOffsets``, ``kafka-share-groups.sh --reset-offsets``).
 
-Behavior: the group must be a share group without members (else NON_EMPTY_GROUP, or GROUP_ID_NOT_FOUND); each
+Behavior: the group must be a share group without members (else NON_EMPTY_GROUP; GROUP_ID_NOT_FOUND "Group <id> is
+not a share group." for a classic or consumer group); an unused group id becomes an empty share group (its
+``ShareGroupMetadata`` record at epoch 0), as Kafka creates it; each
 partition's state in ``__share_group_state`` becomes the given start offset with nothing in flight, and the
 leader's share partition reads it again on the next ShareFetch. Errors: top level GROUP_AUTHORIZATION_FAILED
 (no READ on the group), INVALID_GROUP_ID, the coordinator errors; per partition UNKNOWN_TOPIC_OR_PARTITION,
@@ -31,7 +33,7 @@ async def handle(ctx, request: AlterShareGroupOffsetsRequest) -> AlterShareGroup
     sc = broker.share_coordinator
     image = broker.controller.image
     gid = request.group_id
-    code, message = common.share_offsets_refusal(ctx, gid, AclOperation.READ, need_empty=True)
+    code, message = common.share_offsets_refusal(ctx, gid, AclOperation.READ, need_empty=True, create=True)
     if code:
         return Resp(error_code=code, error_message=message)
     names = [t.topic_name for t in request.topics]

@@ -374,11 +374,12 @@ async def alter_configs_results(ctx, resources, write,  # noqa: ANN001
 
 
 def share_offsets_refusal(ctx, group_id: str, operation: int,  # noqa: ANN001
-                          need_empty: bool) -> tuple[int, str | None]:
+                          need_empty: bool, create: bool = False) -> tuple[int, str | None]:
     """Why the share-group offset APIs (Describe/Alter/DeleteShareGroupOffsets) refuse ``group_id``, checked in
     Kafka's order: UNSUPPORTED_VERSION (``share.version`` not finalized), GROUP_AUTHORIZATION_FAILED (no
     ``operation`` on the group), then the group coordinator's answer (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP when
-    ``need_empty``, the coordinator errors); ``(NONE, None)`` when the request may go on."""
+    ``need_empty``, the coordinator errors); ``(NONE, None)`` when the request may go on. ``create``
+    (AlterShareGroupOffsets): an unknown group id becomes an empty share group first, as in Kafka."""
     from kbroker.server.authorizer import ResourceType
     from kbroker.server.share.manager import share_groups_enabled
 
@@ -387,4 +388,6 @@ def share_offsets_refusal(ctx, group_id: str, operation: int,  # noqa: ANN001
         return ErrorCode.UNSUPPORTED_VERSION, None
     if broker.authorizer is not None and not authorize(ctx, operation, ResourceType.GROUP, group_id):
         return ErrorCode.GROUP_AUTHORIZATION_FAILED, None
+    if create:
+        return broker.group_coordinator.share_group_create_for_offsets(group_id)
     return broker.group_coordinator.share_group_admin_check(group_id, need_empty=need_empty)

@@ -15,9 +15,11 @@ Behavior:
   are not read-only. Named ``""``: only the cluster-default dynamic configs;
 * GROUP resources (type 32, KIP-848): every group-level key Kafka defines
   (:mod:`kbroker.controller.group_configs`), with the group's override (source GROUP_CONFIG, 8) or else the broker's
-  value of its synonym (``group.consumer.session.timeout.ms`` ...) or Kafka's default (DEFAULT_CONFIG); one synonym,
-  the key itself, as Kafka's ``createGroupConfigEntry``. The group need not exist; an empty name is INVALID_REQUEST
-  "Group name must not be empty";
+  value of its synonym (``group.consumer.session.timeout.ms`` ...) or Kafka's default (DEFAULT_CONFIG). Synonyms, as
+  Kafka 4.3: the override (GROUP_CONFIG) when set, then the broker key it defaults to with the broker's value
+  (STATIC_BROKER_CONFIG when ``server.properties`` sets it, else DEFAULT_CONFIG; the group key's own name for
+  ``share.auto.offset.reset`` and the other keys without a broker synonym). The group need not exist; an empty
+  name is INVALID_REQUEST "Group name must not be empty";
 * ``ConfigurationKeys`` restricts the keys; unknown topics get UNKNOWN_TOPIC_OR_PARTITION, other brokers'
   ids or other resource types INVALID_REQUEST. Keys whose name contains ``password``, and ``ssl.keystore.key`` /
   ``sasl.jaas.config`` (Kafka's PASSWORD keys), are sensitive (null).
@@ -30,7 +32,8 @@ from typing import Iterable, Mapping
 
 from kbroker.config import BROKER_DEFAULTS
 from kbroker.controller.broker_configs import DYNAMIC_BROKER_CONFIGS, broker_synonyms
-from kbroker.controller.group_configs import GROUP_CONFIG_KEYS, GROUP_RESOURCE, effective_group_config
+from kbroker.controller.group_configs import (GROUP_BROKER_SYNONYMS, GROUP_CONFIG_KEYS, GROUP_RESOURCE,
+                                              effective_group_config)
 from kbroker.controller.topic_configs import TOPIC_CONFIG_KEYS
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
@@ -175,7 +178,9 @@ def _broker_entries(ctx, per_broker: bool, keys, synonyms: bool) -> list[R.Descr
 
 def _group_entries(ctx, group: str, keys, synonyms: bool) -> list[R.DescribeConfigsResourceResult]:
     overrides = ctx.broker.controller.image.configs.get((GROUP_RESOURCE, group), {})
-    effective = effective_group_config(overrides, ctx.broker.config.props)
+    props = ctx.broker.config.props
+    effective = effective_group_config(overrides, props)
+    broker_values = effective_group_config({}, props)
     out = []
     for key in sorted(GROUP_CONFIG_KEYS):
         if keys is not None and key not in keys:
@@ -188,21 +193,43 @@ def _group_entries(ctx, group: str, keys, synonyms: bool) -> list[R.DescribeConf
             name=key, value=text, read_only=False, config_source=source, is_sensitive=False,
             config_type=_TYPE_IDS.get(spec.type, TYPE_STRING), documentation=None)
         if synonyms:
-            entry.synonyms = [R.DescribeConfigsSynonym(name=key, value=text, source=source)]
+            # the group's override, then the broker-level key it defaults to (its own name when the broker has
+            # none), as Kafka 4.3 lists them
+            entry.synonyms = [R.DescribeConfigsSynonym(name=key, value=text, source=GROUP_CONFIG)] \
+                if key in overrides else []
+            broker_key = GROUP_BROKER_SYNONYMS.get(key) or key
+            base = broker_values[key]
+            entry.synonyms.append(R.DescribeConfigsSynonym(
+                name=broker_key, value=str(base).lower() if isinstance(base, bool) else str(base),
+                source=STATIC_BROKER_CONFIG if broker_key in props else DEFAULT_CONFIG))
         out.append(entry)
     return out
 
 
-def _client_metrics_entries(image, name: str, keys) -> list[R.DescribeConfigsResourceResult]:  # noqa: ANN001
-    """A client metrics subscription (KIP-714): only the keys it sets, source CLIENT_METRICS_CONFIG, no synonyms
-    (Kafka's ``ConfigHelper``); an unknown name has no configs."""
+def _client_metrics_entries(image, name: str, keys,  # noqa: ANN001
+                            synonyms: bool = True) -> list[R.DescribeConfigsResourceResult]:
+    """A client metrics subscription (KIP-714): every key (``metrics``, ``interval.ms``, ``match``), those it sets
+    with source CLIENT_METRICS_CONFIG and themselves as their one synonym, the others at their default
+    (DEFAULT_CONFIG, no synonyms), as Kafka 4.3; an unknown name has no configs."""
     from kbroker.controller.client_metrics import CLIENT_METRICS_KEYS, CLIENT_METRICS_RESOURCE
 
     cfg = image.configs.get((CLIENT_METRICS_RESOURCE, name), {})
-    return [R.DescribeConfigsResourceResult(
-        name=k, value=v, read_only=False, config_source=CLIENT_METRICS_CONFIG, is_sensitive=False, synonyms=[],
-        config_type=_TYPE_IDS.get(CLIENT_METRICS_KEYS.get(k, ("string",))[0], TYPE_STRING), documentation=None)
-        for k, v in sorted(cfg.items()) if keys is None or k in keys]
+    if not cfg:
+        return []
+    out = []
+    for k in sorted(set(cfg) | set(CLIENT_METRICS_KEYS)):
+        if keys is not None and k not in keys:
+            continue
+        kind, default = CLIENT_METRICS_KEYS.get(k, ("string", ""))
+        if k in cfg:
+            value, source = cfg[k], CLIENT_METRICS_CONFIG
+            syns = [R.DescribeConfigsSynonym(name=k, value=value, source=CLIENT_METRICS_CONFIG)] if synonyms else []
+        else:
+            value, source, syns = default, DEFAULT_CONFIG, []
+        out.append(R.DescribeConfigsResourceResult(
+            name=k, value=value, read_only=False, config_source=source, is_sensitive=False, synonyms=syns,
+            config_type=_TYPE_IDS.get(kind, TYPE_STRING), documentation=None))
+    return out
 
 
 async def handle(ctx, request: DescribeConfigsRequest) -> R:
@@ -246,7 +273,7 @@ async def handle(ctx, request: DescribeConfigsRequest) -> R:
                 result.error_code = ErrorCode.INVALID_REQUEST
                 result.error_message = "Client metrics subscription name must not be empty"
                 continue
-            result.configs = _client_metrics_entries(image, res.resource_name, keys)
+            result.configs = _client_metrics_entries(image, res.resource_name, keys, request.include_synonyms)
         else:
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = f"Unsupported resource type {res.resource_type}"
