@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set-up and entry points for a fresh clone. Everything it needs is installed on first use:
 #   ./dev.sh broker   start kbroker on the embedded default (localhost:9092, data in ./kbroker-data)
-#   ./dev.sh test     run every test (unit, property, and the real-client compat suite)
+#   ./dev.sh test     run every test (unit, property, and the real-client compat suite on kbroker, then the
+#                     reference slice on Apache Kafka 4.3.1); with arguments: pytest with those arguments only
 #   ./dev.sh kafka    start the reference Apache Kafka 4.3.1 (one KRaft node on a free port, printed)
 #   ./dev.sh bench    run the benchmarks in bench/
 #   ./dev.sh profile  profile the broker under one of bench/request_cost.py's cases (py-spy, flame graph)
@@ -49,7 +50,15 @@ case "$cmd" in
     command -v javac >/dev/null || need_apt openjdk-17-jdk-headless
     command -v mvn >/dev/null || need_apt maven
     bash scripts/fetch_jars.sh  # the Java clients and the reference Kafka 4.3.1, by coordinates (java/pom.xml)
-    exec "$PY" -m pytest "$@"
+    if [ $# -gt 0 ]; then exec "$PY" -m pytest "$@"; fi
+    # Everything: the whole suite against kbroker (two workers, a file per worker at a time: the tests of one
+    # file share their brokers), then the tests marked kafka_reference against Apache Kafka 4.3.1 itself, so
+    # their expectations are Kafka's. The 30 slowest tests are printed: the run must stay under 45 minutes.
+    rc=0
+    "$PY" -m pytest -n 2 --dist loadfile -q -ra --durations=30 || rc=$?
+    "$PY" -m pytest compat_tests --kbroker-target=kafka -m kafka_reference -n 2 --dist loadfile -q -ra \
+      --durations=10 || rc=$?
+    exit $rc
     ;;
   kafka)
     setup_python test
@@ -67,7 +76,7 @@ case "$cmd" in
     exec "$PY" bench/profile.py "$@"
     ;;
   *)
-    sed -n '2,7p' "$0"
+    sed -n '2,8p' "$0"
     exit 2
     ;;
 esac

@@ -16,7 +16,7 @@ import pytest
 
 from compat_tests.clients import KcatClient, admin_client, create_topic
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.kafka_reference]  # kafka_reference: CI runs it against Kafka too
 
 ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
 

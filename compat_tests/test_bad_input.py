@@ -27,7 +27,7 @@ from compat_tests import wire
 from compat_tests.clients import ConfluentClient, ProduceOptions
 from compat_tests.records import RecordSpec, verify_round_trip
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.kafka_reference]  # kafka_reference: CI runs it against Kafka too
 
 CLOSE_TIMEOUT = 10.0
 

@@ -3,7 +3,11 @@ answers through kbroker's codec."""
 
 from __future__ import annotations
 
+import pytest
+
 from compat_tests.conftest import unique
+
+pytestmark = pytest.mark.kafka_reference  # CI runs this file against Apache Kafka too
 
 
 def list_resources(host: str, port: int, version: int, types: list[int]) -> tuple[int, list[tuple[int, str]]]:

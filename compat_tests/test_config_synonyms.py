@@ -10,6 +10,8 @@ import uuid
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 
+pytestmark = pytest.mark.kafka_reference  # CI runs this file against Apache Kafka too
+
 
 def retention(kbroker_factory, overrides):
     broker = kbroker_factory(overrides=overrides)

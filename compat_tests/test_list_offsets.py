@@ -22,7 +22,7 @@ import pytest
 
 from compat_tests.clients import admin_client, create_topic
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.kafka_reference]  # kafka_reference: CI runs it against Kafka too
 
 DELTAS = {0: [0, 1000, 2000, 3000, 4000], 1: [0, 1000, 5000, 2000, 3000]}
 QUERY_DELTAS = [-1000, 0, 1, 1000, 1500, 2500, 4000, 4500, 5000, 6000]

@@ -20,7 +20,7 @@ import pytest
 from compat_tests import wire
 from compat_tests.clients import CLIENT_NAMES
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.kafka_reference]  # kafka_reference: CI runs it against Kafka too
 log = logging.getLogger(__name__)
 
 FETCH_WAIT_MS = 5000

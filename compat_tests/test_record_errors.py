@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from compat_tests.clients import ProduceOptions
 from compat_tests.records import RecordSpec
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.kafka_reference]  # kafka_reference: CI runs it against Kafka too
 N = 100
 
 

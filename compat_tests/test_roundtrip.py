@@ -17,7 +17,7 @@ from compat_tests.clients import CLIENT_NAMES, ProduceOptions
 from compat_tests.logcheck import check_stored_batches
 from compat_tests.records import RecordSpec, verify_round_trip
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.kafka_reference]  # kafka_reference: CI runs it against Kafka too
 
 RECORDS = 45
 PARTITIONS = 3

@@ -42,6 +42,8 @@ JVM_PERFORMANCE_OPTS = ("-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-
                         "-XX:+ExplicitGCInvokesConcurrent", "-XX:MaxInlineLevel=15", "-Djava.awt.headless=true")
 DEFAULT_HEAP_OPTS = "-Xms256m -Xmx768m"
 CONTROLLER_LISTENER = "CONTROLLER"
+#: the internal user of an authenticated controller listener (see KafkaProcess._authenticated_controller_listener)
+CONTROLLER_USER = "kbroker-test-controller"
 _PROTOCOL_MAP = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 #: kbroker's own keys that Kafka does not have (Kafka would only warn; they are left out of its file)
 KBROKER_ONLY_KEYS = frozenset({"cluster.id"})
@@ -168,9 +170,31 @@ class KafkaProcess(KbrokerProcess):
         mapping = props.get("listener.security.protocol.map", "")
         if f"{CONTROLLER_LISTENER}:" not in mapping:
             props["listener.security.protocol.map"] = f"{CONTROLLER_LISTENER}:PLAINTEXT," + mapping
+        if "controller.quorum.bootstrap.servers" in self.overrides and "controller.quorum.voters" not in self.overrides:
+            props.pop("controller.quorum.voters", None)  # a dynamic quorum (KIP-853) names no static voters
+        if props.get("authorizer.class.name") and f"{CONTROLLER_LISTENER}:PLAINTEXT" in props["listener.security.protocol.map"]:
+            self._authenticated_controller_listener(props)
         for key in KBROKER_ONLY_KEYS:
             props.pop(key, None)
         return props
+
+    def _authenticated_controller_listener(self, props: dict[str, str]) -> None:
+        """With an authorizer, Kafka's controllers authorize their own CONTROLLER connections (registration, Raft
+        fetches) and need CLUSTER_ACTION: an anonymous PLAINTEXT controller listener cannot start. As Kafka's docs
+        have it, the controller listener authenticates (SASL/PLAIN with an internal user) and that user is a super
+        user; client listeners keep what the test configured. kbroker's nodes talk to their controller through no
+        authorizer, so this exists only here."""
+        props["listener.security.protocol.map"] = props["listener.security.protocol.map"].replace(
+            f"{CONTROLLER_LISTENER}:PLAINTEXT", f"{CONTROLLER_LISTENER}:SASL_PLAINTEXT")
+        props["sasl.mechanism.controller.protocol"] = "PLAIN"
+        prefix = f"listener.name.{CONTROLLER_LISTENER.lower()}"
+        props[f"{prefix}.sasl.enabled.mechanisms"] = "PLAIN"
+        props[f"{prefix}.plain.sasl.jaas.config"] = (
+            'org.apache.kafka.common.security.plain.PlainLoginModule required '
+            f'username="{CONTROLLER_USER}" password="{CONTROLLER_USER}-secret" '
+            f'user_{CONTROLLER_USER}="{CONTROLLER_USER}-secret";')
+        supers = [s for s in props.get("super.users", "").split(";") if s]
+        props["super.users"] = ";".join(supers + [f"User:{CONTROLLER_USER}"])
 
     def write_config(self) -> Path:
         self.config_path.write_text(properties_text(self.properties(), "written by kbroker.testing.kafka.KafkaProcess"))
@@ -202,6 +226,14 @@ class KafkaProcess(KbrokerProcess):
         if not self.is_formatted():
             self.format()
         super()._spawn()
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM, as ``kafka-server-stop.sh``, and wait. The JVM ends a clean shutdown (its shutdown hooks run)
+        with exit code 143 (128 + SIGTERM); that is reported as 0, a clean stop, like kbroker's."""
+        code = super().stop(timeout)
+        if code == 143:
+            self.last_exit_code = code = 0
+        return code
 
     def __repr__(self) -> str:
         state = "running" if self.is_running() else f"exited({self.last_exit_code})"

@@ -551,6 +551,7 @@ def pytest_configure(config: pytest.Config) -> None:
     target = selected_target(config)
     os.environ["KBROKER_TEST_TARGET"] = target  # KbrokerCluster and subprocesses follow the same target
     config.addinivalue_line("markers", "kbroker_only(reason): checks what only kbroker has; skipped on other targets")
+    config.addinivalue_line("markers", "kafka_reference: in the slice that CI also runs against Apache Kafka itself")
     if target == "external" and not (config.getoption("--kbroker-bootstrap") or os.environ.get("KBROKER_BOOTSTRAP")):
         raise pytest.UsageError("KBROKER_TEST_TARGET=external needs KBROKER_BOOTSTRAP=host:port "
                                 "(or --kbroker-bootstrap)")
