@@ -15,6 +15,7 @@ import uuid
 import pytest
 
 from compat_tests.clients import KcatClient, admin_client, create_topic
+from kbroker.testing.plugin import HARNESS_TARGETS
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.kafka_reference]  # kafka_reference: CI runs it against Kafka too
 
@@ -95,14 +96,14 @@ def test_java_admin_describe_cluster_and_broker_configs(java_driver, bootstrap_s
     assert cl["cluster_id"], cl
     assert [n["id"] for n in cl["nodes"]] == [broker_node_id], cl
     assert cl["controller"] is not None and cl["controller"]["id"] == broker_node_id, cl
-    if kafka_broker.target == "kbroker":
+    if kafka_broker.target in HARNESS_TARGETS:
         host, port = bootstrap_servers.rsplit(":", 1)
         assert (cl["nodes"][0]["host"], cl["nodes"][0]["port"]) == (host, int(port)), cl
 
     cfg = java_driver.one(java_driver.run(["admin", "describe-configs", *base, "--broker", str(broker_node_id)]),
                           "configs")["configs"]
     assert cfg, "describe-configs for the broker returned no entries"
-    if kafka_broker.target == "kbroker":
+    if kafka_broker.target in HARNESS_TARGETS:
         assert cfg.get("num.partitions", {}).get("value") == "1", cfg.get("num.partitions")
         assert cfg.get("auto.create.topics.enable", {}).get("value") == "true", cfg.get("auto.create.topics.enable")
 
@@ -192,7 +193,7 @@ def test_confluent_admin_describe_cluster_and_broker_configs(bootstrap_servers, 
     res = ConfigResource(ResourceType.BROKER, str(broker_node_id))
     entries = admin.describe_configs([res], request_timeout=10)[res].result(15)
     assert entries, "no broker config entries"
-    if kafka_broker.target == "kbroker":
+    if kafka_broker.target in HARNESS_TARGETS:
         assert entries["num.partitions"].value == "1", entries.get("num.partitions")
 
 
@@ -250,10 +251,10 @@ def test_kcat_metadata_listing(get_client, bootstrap_servers, broker_node_id, to
 
 
 def test_auto_create_topic_on_metadata(bootstrap_servers, kafka_broker):
-    """auto.create.topics.enable=true (the session kbroker's setting): producing to an unknown topic
+    """auto.create.topics.enable=true (the session broker's setting, kbroker's or Kafka's): producing to an unknown topic
     creates it with num.partitions (1) partitions."""
-    if kafka_broker.target != "kbroker":
-        pytest.skip("depends on the broker's auto.create.topics.enable/num.partitions, set only for kbroker")
+    if kafka_broker.target not in HARNESS_TARGETS:
+        pytest.skip("depends on the broker's auto.create.topics.enable/num.partitions, set only by the harness")
     from confluent_kafka import Producer
 
     topic = _name("auto")

@@ -44,6 +44,7 @@ for profile in "${profiles[@]}"; do
   # into a fresh directory, then swapped in, so an interrupted run never leaves a half-filled destination
   tmp="$dest.tmp.$$"
   rm -rf "$tmp"
+  mkdir -p "$(dirname "$dest")"
   if ! mvn -q -B -f "$POM" -Dmaven.repo.local="$M2" -P "$profile" dependency:copy-dependencies \
         -DoutputDirectory="$tmp" -DincludeScope=runtime >"$tmp.log" 2>&1; then
     cat "$tmp.log" >&2

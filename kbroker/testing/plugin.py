@@ -61,6 +61,9 @@ from typing import Any, Callable, Iterator, Mapping
 import pytest
 
 TARGETS = ("kbroker", "kafka", "external", "testcontainers")
+#: the targets whose brokers the harness starts itself with its server.properties (node.id=1, num.partitions=1,
+#: auto.create.topics.enable=true, ...), so tests may rely on those settings
+HARNESS_TARGETS = ("kbroker", "kafka")
 DEFAULT_START_TIMEOUT = 60.0
 DEFAULT_STOP_TIMEOUT = 30.0
 DEFAULT_KAFKA_IMAGE = "confluentinc/cp-kafka:7.9.0"
