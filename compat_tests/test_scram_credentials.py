@@ -51,18 +51,20 @@ def alter(admin: Any, alterations: list[Any]) -> dict[str, Any]:
 
 
 def described(admin: Any, user: str) -> Any:
-    """[(mechanism, iterations)] of ``user``, or (error code, message)."""
+    """[(mechanism, iterations)] of ``user`` by mechanism (Kafka answers them in no set order), or (error code,
+    message)."""
     try:
         desc = admin.describe_user_scram_credentials([user], request_timeout=15)[user].result(20)
     except KafkaException as exc:
         return exc.args[0].code(), exc.args[0].str()
     assert desc.user == user
-    return [(i.mechanism, i.iterations) for i in desc.scram_credential_infos]
+    return sorted(((i.mechanism, i.iterations) for i in desc.scram_credential_infos), key=lambda x: x[0].value)
 
 
 def described_all(admin: Any) -> dict[str, list[tuple[Any, int]]]:
     everyone = admin.describe_user_scram_credentials(request_timeout=15).result(20)
-    return {u: [(i.mechanism, i.iterations) for i in d.scram_credential_infos] for u, d in everyone.items()}
+    return {u: sorted(((i.mechanism, i.iterations) for i in d.scram_credential_infos), key=lambda x: x[0].value)
+            for u, d in everyone.items()}
 
 
 def tool(name: str, *args: Any, ok: bool = True) -> subprocess.CompletedProcess:
@@ -77,6 +79,7 @@ def tool(name: str, *args: Any, ok: bool = True) -> subprocess.CompletedProcess:
 # ------------------------------------------------------------------------------------- confluent-kafka
 
 
+@pytest.mark.kafka_reference
 def test_confluent_alter_describe_round_trip_and_errors(bootstrap_servers):
     admin = admin_client(bootstrap_servers)
     alice, bob, carol = unique("scram-alice"), unique("scram-bob"), unique("scram-carol")
@@ -140,6 +143,7 @@ def test_kafka_python_sends_what_librdkafka_refuses(bootstrap_servers):
         admin.close()
 
 
+@pytest.mark.kbroker_only("uses the Python authorizer plugin compat_tests/deny_cluster_authorizer.py")
 def test_cluster_authorization_failed_for_every_user(kbroker_factory):
     from kafka.admin import KafkaAdminClient
     from kafka.errors import ClusterAuthorizationFailedError
@@ -171,12 +175,14 @@ def test_kbroker_configs_users(bootstrap_servers):
     assert out == f"Completed updating config for user {alice}.\n"
     tool("configs", "--bootstrap-server", bootstrap_servers, "--user", alice, "--alter",
          "--add-config", "SCRAM-SHA-512=[password=alice-secret]")
+    # the tool lists the mechanisms in the broker's order, which Kafka does not fix
+    head = f"SCRAM credential configs for user-principal '{alice}' are "
+    both = {"SCRAM-SHA-256=iterations=8192", "SCRAM-SHA-512=iterations=4096"}
     described_one = tool("configs", *base, "--entity-name", alice, "--describe").stdout
-    assert described_one == (f"SCRAM credential configs for user-principal '{alice}' are "
-                             "SCRAM-SHA-256=iterations=8192, SCRAM-SHA-512=iterations=4096\n")
-    every = tool("configs", *base, "--describe").stdout.splitlines()
-    assert (f"SCRAM credential configs for user-principal '{alice}' are "
-            "SCRAM-SHA-256=iterations=8192, SCRAM-SHA-512=iterations=4096") in every
+    assert described_one.startswith(head) and described_one.endswith("\n"), described_one
+    assert set(described_one[len(head):-1].split(", ")) == both, described_one
+    every = [line for line in tool("configs", *base, "--describe").stdout.splitlines() if line.startswith(head)]
+    assert len(every) == 1 and set(every[0][len(head):].split(", ")) == both, every
 
     tool("configs", *base, "--entity-name", alice, "--alter", "--delete-config", "SCRAM-SHA-512")
     assert tool("configs", *base, "--entity-name", alice, "--describe").stdout == (
@@ -204,6 +210,9 @@ def test_kbroker_configs_users(bootstrap_servers):
     assert described(admin_client(bootstrap_servers), alice)[0] == KafkaError.RESOURCE_NOT_FOUND
 
 
+@pytest.mark.kbroker_only("kbroker-storage format writes kbroker's data directory (bootstrap.checkpoint); Kafka nodes "
+                          "are formatted by Kafka's StorageTool (on Kafka 4.3.1 alice's SCRAM-SHA-512 credential from "
+                          "this file was gone after the restart: to investigate)")
 def test_kbroker_storage_add_scram_then_the_broker_has_the_credentials(kbroker_factory, tmp_path):
     broker = kbroker_factory(start=False)
     cluster_id = tool("storage", "random-uuid").stdout.strip()

@@ -24,7 +24,7 @@ AlterClientQuotas, per entry (one result per entry, INVALID_REQUEST with Kafka's
 3. a combination other than user, client-id, user + client-id, ip: "Invalid empty client quota entity"; an ip
    name that is not an address or resolvable host: "<ip> is not a valid IP or resolvable host.";
 4. a key not valid for the entity: "Invalid configuration key <k>"; a whole-number key with a fraction:
-   "Configuration <k> must be a Long value";
+   "<k> cannot be a fractional value.";
 5. removing a key that is not set writes nothing; setting a key to its current value writes nothing.
 
 The records of the valid entries are committed together. Nothing here does I/O but the name resolution of an ip
@@ -132,7 +132,7 @@ def _check_value(keys: Mapping[str, bool], key: str, value: float) -> str | None
     if whole is None:
         return f"Invalid configuration key {key}"
     if whole and abs(int(value + 1e-6) - value) > 1e-6:
-        return f"Configuration {key} must be a Long value"
+        return f"{key} cannot be a fractional value."
     return None
 
 

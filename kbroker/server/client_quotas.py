@@ -27,11 +27,14 @@ What is measured, over ``quota.window.num`` samples of ``quota.window.size.secon
   rate`` x ``controller.quota.window.num`` x ``controller.quota.window.size.seconds`` tokens, refilled at the
   rate; a request may take the bucket below 0, and the throttle time is how long it takes to come back to 0).
   CreateTopics v6+, CreatePartitions v3+ and DeleteTopics v5+ (strict): a topic met while the bucket is below 0
-  gets THROTTLING_QUOTA_EXCEEDED "The throttling quota has been exceeded."; older versions are let through and
-  throttled. ``validate_only`` requests are not counted.
+  gets THROTTLING_QUOTA_EXCEEDED (CreateTopics with a null message, as Kafka 4.3 answers) and a throttle time; a
+  strict request let through is not throttled even if it takes the bucket below 0; older versions are let through
+  and throttled. ``validate_only`` requests are not counted.
 
 Throttling (KIP-219): when a rate is above its quota the throttle time is (rate - quota) / quota x the rate's
-window (Kafka's ``QuotaUtils.throttleTime``), at most ``quota.window.num`` x ``quota.window.size.seconds``; the response goes out at once with ``throttle_time_ms`` (the largest
+window (Kafka's ``QuotaUtils.throttleTime``), at most ``quota.window.num`` x ``quota.window.size.seconds`` (for
+``request_percentage`` at most ``quota.window.size.seconds``, as Kafka bounds it); the response goes out at once
+with ``throttle_time_ms`` (the largest
 of the quotas' throttle times) and the broker stops reading from the connection for that long (the channel is
 muted), so the client cannot send more meanwhile. For a version older than KIP-219 (Produce < v6, Fetch < v8 and
 the like: :func:`client_throttles`) the client does not throttle itself, so the broker holds the response back
@@ -146,9 +149,10 @@ class QuotaManager:
         now = self._clock() * 1000.0
         rate = self._rate(tags)
         rate.record(value, now)
-        # at most the whole quota window (Kafka's maxThrottleTimeMs): a tiny quota does not mute a client for hours
-        return min(throttle_time_ms(rate.measure(now), bound, rate.window_size_ms(now)),
-                   int(self.window_num * self.window_ms))
+        # request_percentage: at most one sample window (Kafka's ClientRequestQuotaManager.maxThrottleTimeMs); the
+        # others at most the whole quota window, so a tiny quota does not mute a client for hours
+        cap = self.window_ms if self.key == REQUEST else self.window_num * self.window_ms
+        return min(throttle_time_ms(rate.measure(now), bound, rate.window_size_ms(now)), int(cap))
 
     def unrecord(self, tags: tuple[str, str], value: float) -> None:
         self._rate(tags).unrecord(value, self._clock() * 1000.0)
@@ -163,7 +167,8 @@ class QuotaManager:
         """Kafka's ``TokenBucket`` (KIP-599, controller mutations): a bucket of at most ``bound`` x window_num x
         window seconds of tokens, refilled at ``bound`` per second; ``value`` tokens taken (it may go negative).
         Returns (taken, throttle ms = the time until the bucket is back at 0). ``strict``: nothing is taken while
-        the bucket is below 0."""
+        the bucket is below 0, and, as Kafka's strict quota, a request taken is not throttled (only a refused one
+        is, for the time until the bucket is back at 0)."""
         now = self._clock()
         burst = bound * self.window_num * self.window_ms / 1000.0
         tokens, last = self._buckets.get(tags, (burst, now))
@@ -173,7 +178,7 @@ class QuotaManager:
         if taken:
             tokens -= value
         self._buckets[tags] = (tokens, now)
-        if tokens >= 0:
+        if tokens >= 0 or (strict and taken):
             return taken, 0
         return taken, int(-tokens / bound * 1000) if bound > 0 else int(self.window_num * self.window_ms)
 

@@ -142,6 +142,9 @@ class KafkaProcess(KbrokerProcess):
         self.log_path = Path(kwargs["log_path"]) if kwargs.get("log_path") else self.data_dir / "kafka.out"
         self.controller_port = controller_port if controller_port is not None else free_port(self.host)
         self.heap_opts = heap_opts or os.environ.get("KBROKER_KAFKA_HEAP_OPTS", DEFAULT_HEAP_OPTS)
+        #: JVM system properties for the broker (``-Dname=value``), as KAFKA_OPTS passes them: e.g. Kafka 4's
+        #: ``org.apache.kafka.sasl.oauthbearer.allowed.urls``, which only a system property can set
+        self.system_properties: dict[str, str] = {}
         self.cluster_id = self.overrides.get("cluster.id") or _random_cluster_id()
         self.log4j_path = self.data_dir / "log4j2.properties"
 
@@ -203,6 +206,7 @@ class KafkaProcess(KbrokerProcess):
 
     def command(self) -> list[str]:
         return [java_bin(), *self.heap_opts.split(), *JVM_PERFORMANCE_OPTS,
+                *(f"-D{k}={v}" for k, v in self.system_properties.items()),
                 f"-Dlog4j2.configurationFile={self.log4j_path}", f"-Dkafka.logs.dir={self.data_dir / 'kafka-logs'}",
                 "-cp", kafka_classpath(), "kafka.Kafka", str(self.config_path)]
 

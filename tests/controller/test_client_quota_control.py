@@ -96,7 +96,7 @@ def test_alter_rejects_with_kafkas_messages():
         (INVALID, "Invalid empty client quota entity"),
         (INVALID, "not a host name! is not a valid IP or resolvable host."),
         (INVALID, "Invalid configuration key producer_byte_rate"),
-        (INVALID, "Configuration producer_byte_rate must be a Long value"),
+        (INVALID, "producer_byte_rate cannot be a fractional value."),
         (INVALID, "Ignoring duplicate entity ClientQuotaEntity(entries={client-id=c2})"),
         (INVALID, "Ignoring duplicate entity ClientQuotaEntity(entries={client-id=c1})"),
         (0, None),

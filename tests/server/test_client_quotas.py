@@ -89,7 +89,7 @@ def test_token_bucket_of_controller_mutations():
     now = [0.0]
     m = QuotaManager("controller_mutation_rate", 11, 1000.0, lambda: now[0])
     assert m.take_tokens(1.0, ("", "c"), 10, strict=True) == (True, 0)  # 11 -> 1
-    assert m.take_tokens(1.0, ("", "c"), 10, strict=True) == (True, 9000)  # 1 -> -9
+    assert m.take_tokens(1.0, ("", "c"), 10, strict=True) == (True, 0)  # 1 -> -9: taken, strict: not throttled
     assert m.take_tokens(1.0, ("", "c"), 1, strict=True) == (False, 9000)  # below 0: refused
     assert m.take_tokens(1.0, ("", "c"), 1, strict=False) == (True, 10_000)  # permissive: taken
     now[0] = 10.0
@@ -106,3 +106,10 @@ def test_throttle_time_is_bounded_by_the_quota_window():
     now = [0.0]
     m = QuotaManager("producer_byte_rate", 11, 1000.0, lambda: now[0])
     assert m.record(1.0, ("", "c"), 10_000_000) == 11_000  # (rate - 1) / 1 x 10 s would be days
+
+
+def test_request_time_throttle_is_bounded_by_one_sample_window():
+    """Kafka bounds a request_percentage throttle by quota.window.size.seconds (one sample), not the whole window."""
+    now = [0.0]
+    m = QuotaManager("request_percentage", 11, 1000.0, lambda: now[0])
+    assert m.record(0.001, ("", "c"), 500.0) == 1000

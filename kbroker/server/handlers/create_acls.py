@@ -45,4 +45,6 @@ async def handle(ctx, request: CreateAclsRequest) -> R:
     controller = ctx.broker.controller
     results = await common.committed_results(ctx, lambda: controller.create_acls(creations), len(creations),
                                              validate_only=False) if creations else []
-    return R(results=[R.AclCreationResult(error_code=code, error_message=message) for code, message in results])
+    # Kafka leaves a successful result's message at the field's default, "" (not null)
+    return R(results=[R.AclCreationResult(error_code=code, error_message="" if message is None and not code
+                                          else message) for code, message in results])
