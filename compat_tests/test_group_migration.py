@@ -45,7 +45,9 @@ _FIXTURES = (group_driver,)  # a fixture of compat_tests.test_groups, used throu
 
 PARTITIONS = 6
 OVERRIDES = {"offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0",
-             "group.consumer.heartbeat.interval.ms": "500", "group.consumer.session.timeout.ms": "6000"}
+             "group.consumer.heartbeat.interval.ms": "500", "group.consumer.session.timeout.ms": "6000",
+             # the lower bounds of the two (Kafka refuses a broker value below them)
+             "group.consumer.min.heartbeat.interval.ms": "500", "group.consumer.min.session.timeout.ms": "6000"}
 
 
 @pytest.fixture(params=["confluent", "java"])

@@ -32,6 +32,19 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+#: A short share heartbeat; Kafka also requires the lower bound (group.share.min.heartbeat.interval.ms) lowered.
+FAST_HEARTBEAT = {"group.share.heartbeat.interval.ms": 500, "group.share.min.heartbeat.interval.ms": 500}
+
+
+def share_props(props: dict[str, Any]) -> dict[str, Any]:
+    """Broker properties: FAST_HEARTBEAT plus ``props``; a record lock duration below Kafka's default lower
+    bound (15 s) lowers group.share.min.record.lock.duration.ms with it."""
+    out: dict[str, Any] = {**FAST_HEARTBEAT, **props}
+    lock = out.get("group.share.record.lock.duration.ms")
+    if lock is not None and int(lock) < 15000:
+        out["group.share.min.record.lock.duration.ms"] = lock
+    return out
+
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -91,7 +104,7 @@ def data_messages(messages) -> list:  # noqa: ANN001
 
 def test_confluent_five_share_consumers_share_one_partition(kbroker_factory):
     """5 share consumers of one group on a 1-partition topic: every record reaches exactly one of them."""
-    broker = kbroker_factory({"group.share.heartbeat.interval.ms": 500})
+    broker = kbroker_factory(FAST_HEARTBEAT)
     topic = make_topic(broker.bootstrap)
     group = unique("sg")
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
@@ -141,7 +154,7 @@ def test_confluent_five_share_consumers_share_one_partition(kbroker_factory):
 
 
 def _one_consumer_setup(broker_props: dict[str, Any], kbroker_factory):  # noqa: ANN001, ANN202
-    broker = kbroker_factory({"group.share.heartbeat.interval.ms": 500, **broker_props})
+    broker = kbroker_factory(share_props(broker_props))
     topic = make_topic(broker.bootstrap)
     group = unique("sg")
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
@@ -511,7 +524,7 @@ def _java_warm(consumers: JavaShareConsumers, producer: Producer, topic: str) ->
 def test_java_five_share_consumers_share_one_partition(kbroker_factory, share_driver):
     """5 KafkaShareConsumers on a 1-partition topic: every record to exactly one of them; the Admin client
     describes the group (5 members, each assigned the partition) and lists it as a share group."""
-    broker = kbroker_factory({"group.share.heartbeat.interval.ms": 500})
+    broker = kbroker_factory(FAST_HEARTBEAT)
     topic = make_topic(broker.bootstrap)
     group = unique("sg")
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
@@ -546,7 +559,7 @@ def test_java_five_share_consumers_share_one_partition(kbroker_factory, share_dr
 def test_java_released_records_archived_at_delivery_count_limit(kbroker_factory, share_driver):
     """A Java consumer releasing every record: each is delivered ``group.share.delivery.count.limit`` (2) times,
     with delivery counts 1 and 2, then archived."""
-    broker = kbroker_factory({"group.share.heartbeat.interval.ms": 500, "group.share.delivery.count.limit": 2})
+    broker = kbroker_factory({**FAST_HEARTBEAT, "group.share.delivery.count.limit": 2})
     topic = make_topic(broker.bootstrap)
     group = unique("sg")
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
@@ -598,7 +611,7 @@ def test_share_state_moves_with_the_partition_leader_in_a_cluster(tmp_path):
 
     with KbrokerCluster(tmp_path, nodes=3, overrides={"broker.session.timeout.ms": 6000,
                                                       "broker.heartbeat.interval.ms": 500,
-                                                      "group.share.heartbeat.interval.ms": 500}) as cluster:
+                                                      **FAST_HEARTBEAT}) as cluster:
         bootstrap = cluster.bootstrap
         admin = AdminClient({"bootstrap.servers": bootstrap})
         wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 3, 60, "all three brokers registered")
@@ -671,7 +684,7 @@ def test_share_group_offset_apis_reach_state_kept_by_another_node(tmp_path):
     from kbroker.protocol import messages as m
     from kbroker.testing.cluster import KbrokerCluster, wait_until
 
-    with KbrokerCluster(tmp_path, nodes=3, overrides={"group.share.heartbeat.interval.ms": 500}) as cluster:
+    with KbrokerCluster(tmp_path, nodes=3, overrides=dict(FAST_HEARTBEAT)) as cluster:
         bootstrap = cluster.bootstrap
         admin = AdminClient({"bootstrap.servers": bootstrap})
         wait_until(lambda: len(admin.list_topics(timeout=10).brokers) == 3, 60, "all three brokers registered")
@@ -736,6 +749,11 @@ def test_share_group_offset_apis_reach_state_kept_by_another_node(tmp_path):
                 c.close()
 
 
+@pytest.mark.xfail(condition=os.environ.get("KBROKER_TEST_TARGET", "kbroker") == "kbroker", strict=True,
+                   reason="kbroker: InitializeShareGroupState accepts an unknown topic id (Kafka: "
+                          "UNKNOWN_TOPIC_OR_PARTITION); a write with an older leader epoch is fenced (Kafka accepts "
+                          "it; it fences a read older than the last read); ReadShareGroupStateSummary counts delivery-complete records (Kafka "
+                          "-1); a read of deleted state is UNKNOWN_TOPIC_OR_PARTITION (Kafka INVALID_REQUEST)")
 def test_share_state_apis_over_the_wire(kbroker_factory):
     """The share coordinator's inter-broker APIs as another broker calls them: FindCoordinator key type 2 (which
     creates __share_group_state), InitializeShareGroupState, WriteShareGroupState (batches overlay the state, an
@@ -746,7 +764,8 @@ def test_share_state_apis_over_the_wire(kbroker_factory):
     from kbroker.testing.cluster import wait_until
 
     broker = kbroker_factory({})
-    tid = uuid.uuid4().bytes
+    topic = make_topic(broker.bootstrap)
+    tid = _topic_id(AdminClient({"bootstrap.servers": broker.bootstrap}), topic)  # the share state of a topic
     with WireClient(broker.bootstrap) as wire:
         key = coordinator_key("g", tid, 0)
         found = wait_until(lambda: (r := wire.send(m.FindCoordinatorRequest(key_type=2, coordinator_keys=[key]), 6))
@@ -760,34 +779,45 @@ def test_share_state_apis_over_the_wire(kbroker_factory):
             topic_id=tid, partitions=[m.InitializeShareGroupStateRequest.PartitionData(partition=0, state_epoch=1,
                                                                                        start_offset=5)])])
         wait_until(lambda: one(wire.send(init)).error_code == 0, 30, "InitializeShareGroupState")
+        # a topic id the cluster does not know: UNKNOWN_TOPIC_OR_PARTITION
+        unknown = m.InitializeShareGroupStateRequest(group_id="g", topics=[
+            m.InitializeShareGroupStateRequest.InitializeStateData(topic_id=uuid.uuid4().bytes, partitions=[
+                m.InitializeShareGroupStateRequest.PartitionData(partition=0, state_epoch=1, start_offset=5)])])
+        assert one(wire.send(unknown)).error_code == 3
         W = m.WriteShareGroupStateRequest
 
-        def write(leader_epoch: int, start: int, batches) -> int:  # noqa: ANN001
+        def write(leader_epoch: int, start: int, batches, state_epoch: int = 1) -> int:  # noqa: ANN001
             return one(wire.send(W(group_id="g", topics=[W.WriteStateData(topic_id=tid, partitions=[W.PartitionData(
-                partition=0, state_epoch=1, leader_epoch=leader_epoch, start_offset=start,
+                partition=0, state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=start,
                 state_batches=[W.StateBatch(first_offset=f, last_offset=la, delivery_state=st, delivery_count=c)
                                for f, la, st, c in batches])])]))).error_code
 
         assert write(3, 5, [(5, 9, 0, 1)]) == 0
         assert write(3, 7, [(8, 8, 2, 1)]) == 0
-        assert write(2, 7, []) == 74  # FENCED_LEADER_EPOCH: a write from an older leader
+        assert write(3, 7, [], state_epoch=0) == 124  # FENCED_STATE_EPOCH: an older state epoch
+        assert write(2, 7, []) == 0  # an older leader epoch is not fenced on writes (Kafka 4.3)
         R = m.ReadShareGroupStateRequest
         read = one(wire.send(R(group_id="g", topics=[R.ReadStateData(topic_id=tid, partitions=[
             R.PartitionData(partition=0, leader_epoch=3)])])))
+        # a read (a new leader loading the state) with an epoch older than the last read's: FENCED_LEADER_EPOCH
+        fenced = one(wire.send(R(group_id="g", topics=[R.ReadStateData(topic_id=tid, partitions=[
+            R.PartitionData(partition=0, leader_epoch=2)])])))
+        assert fenced.error_code == 74
         assert (read.error_code, read.state_epoch, read.start_offset) == (0, 1, 7)
         assert [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in read.state_batches] == [
             (7, 7, 0, 1), (8, 8, 2, 1), (9, 9, 0, 1)]
         S = m.ReadShareGroupStateSummaryRequest
         summary = one(wire.send(S(group_id="g", topics=[S.ReadStateSummaryData(topic_id=tid, partitions=[
             S.PartitionData(partition=0)])])))
+        # delivery_complete_count -1: not known from state the writes did not count (Kafka 4.3)
         assert (summary.error_code, summary.start_offset, summary.leader_epoch, summary.delivery_complete_count) \
-            == (0, 7, 3, 1)
+            == (0, 7, 3, -1)
         D = m.DeleteShareGroupStateRequest
         assert one(wire.send(D(group_id="g", topics=[D.DeleteStateData(topic_id=tid, partitions=[
             D.PartitionData(partition=0)])]))).error_code == 0
         gone = one(wire.send(R(group_id="g", topics=[R.ReadStateData(topic_id=tid, partitions=[
             R.PartitionData(partition=0)])])))
-        assert gone.error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION: no state
+        assert gone.error_code == 42  # INVALID_REQUEST: a read of a share partition with no state
 
 
 def test_java_admin_share_group_offsets(kbroker_factory, share_driver):
@@ -836,7 +866,7 @@ def test_group_config_share_auto_offset_reset_earliest(kbroker_factory):
     With the default (latest) they are not."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-    broker = kbroker_factory({"group.share.heartbeat.interval.ms": 500})
+    broker = kbroker_factory(FAST_HEARTBEAT)
     topic = make_topic(broker.bootstrap)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
     for i in range(10):

@@ -30,6 +30,9 @@ pytestmark = pytest.mark.timeout(240)
 
 ISOLATIONS = ("read_uncommitted", "read_committed")
 BASE_TS = 1_700_000_000_000
+#: records stamped BASE_TS (2023) are past the default retention.ms (7 days): keep them (Kafka's retention
+#: deletes such segments, the active one included, at its next check)
+KEEP = {"retention.ms": "-1"}
 
 
 @pytest.fixture(scope="session")
@@ -96,7 +99,7 @@ def test_plan_and_read_exact(codec, spark_calls, bootstrap_servers, topic_factor
     executors' reads, with both isolation levels, must give exact offsets and records: earliest 0,
     latest 30, a timestamp inside a batch maps to that record's offset, past the end to -1, and ranges
     that start and end inside batches return exactly [from, until)."""
-    topic = topic_factory(3)
+    topic = topic_factory(3, configs=KEEP)
     n, parts = 90, 3
     acks = produce(spark_calls, bootstrap_servers, topic, n, partitions=parts, compression=codec)
     for a in acks:  # partition i % 3, dense offsets in send order
@@ -143,7 +146,7 @@ def test_writer_defaults_and_partitioner(spark_calls, bootstrap_servers, topic_f
     """Spark's writer sends ProducerRecord(topic, null partition, null timestamp, ...): the client picks
     the partition from the key and stamps the time. Records with the same key share a partition; the
     broker's timestamps are the client's; a read of everything returns each acknowledged record."""
-    topic = topic_factory(4)
+    topic = topic_factory(4, configs=KEEP)
     t0 = int(time.time() * 1000)
     acks = produce(spark_calls, bootstrap_servers, topic, 60, partitions=0, base_ts=None, compression="lz4")
     t1 = int(time.time() * 1000)
@@ -191,7 +194,7 @@ def test_subscribe_pattern_and_assign(spark_calls, bootstrap_servers, topic_fact
 def test_empty_partition_and_reads_at_the_end(spark_calls, bootstrap_servers, topic_factory):
     """An empty partition: earliest = latest = 0 for both isolation levels; an executor's range read
     finds nothing to do. Reading [latest, latest+1) times out as Spark's does (no record appears)."""
-    topic = topic_factory(2)
+    topic = topic_factory(2, configs=KEEP)
     produce(spark_calls, bootstrap_servers, topic, 3, partitions=1)  # only partition 0
     for iso in ISOLATIONS:
         _, offsets, _ = plan(spark_calls, bootstrap_servers, topics=[topic], isolation=iso)
@@ -216,10 +219,12 @@ def test_data_loss_after_retention(spark_calls, kbroker_factory):
     topic = f"spark-loss-{uuid.uuid4().hex[:6]}"
     from compat_tests.clients import create_topic
 
-    # small segments; records a day old, so every closed segment is past retention.ms at once
+    # small segments; record timestamps from a day ago up to now, so the segments holding only the first ~190
+    # records are past retention.ms at once and the newest (the active one) is not: as Kafka, retention deletes
+    # a segment, the active one included, whose newest record is older than retention.ms
     create_topic(bootstrap, topic, 1, {"internal.segment.bytes": "8192", "retention.ms": "3600000"})
     old = int(time.time() * 1000) - 86_400_000
-    produce(spark_calls, bootstrap, topic, 200, partitions=1, base_ts=old)
+    produce(spark_calls, bootstrap, topic, 200, partitions=1, base_ts=old, extra=("--ts-step", "432000"))
     deadline = time.monotonic() + 30
     while True:
         _, offsets, _ = plan(spark_calls, bootstrap, topics=[topic])

@@ -125,6 +125,19 @@ def test_transaction_version_2_is_finalized_and_advertised(raw: RawClient) -> No
     assert versions[26] >= 5 and versions[28] >= 5 and versions[0] >= 12  # EndTxn, TxnOffsetCommit, Produce
 
 
+def wait_state(t: "Txn", state: str, timeout: float = 30) -> None:
+    """Poll DescribeTransactions until the transaction is in ``state`` (AssertionError after ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    seen = None
+    while time.monotonic() < deadline:
+        seen = t.describe().transaction_state
+        if seen == state:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"transaction still {seen}, not {state}, after {timeout} s")
+
+
+@pytest.mark.kafka_reference
 def test_v2_late_produce_after_commit_is_fenced(raw: RawClient, topic_factory) -> None:
     topic = topic_factory(partitions=1)
     t = Txn(raw, topic)
@@ -135,6 +148,8 @@ def test_v2_late_produce_after_commit_is_fenced(raw: RawClient, topic_factory) -
     assert (d.transaction_state, [(x.topic, x.partitions) for x in d.topics]) == ("Ongoing", [(topic, [0])])
     r = t.end(e0, commit=True)
     assert (r.error_code, r.producer_id, r.producer_epoch) == (E.NONE, t.pid, e0 + 1)  # the bumped epoch
+    # EndTxn is answered once PrepareCommit is durable; CompleteCommit follows once the markers are written
+    wait_state(t, "CompleteCommit")
     assert producer_epoch_in_partition(raw, topic, t.pid) == e0 + 1  # the COMMIT marker carried it
     # a batch of transaction 1 that was delayed arrives now: refused, and no transaction is opened by it
     assert t.produce(e0, 1, b"t1-late") == E.INVALID_PRODUCER_EPOCH
@@ -146,7 +161,10 @@ def test_v2_late_produce_after_commit_is_fenced(raw: RawClient, topic_factory) -
     assert t.produce(e0, 1, b"t1-late") == E.INVALID_PRODUCER_EPOCH
     r = t.end(e0 + 1, commit=True)
     assert (r.error_code, r.producer_epoch) == (E.NONE, e0 + 2)
-    assert t.end(e0 + 1, commit=True).error_code == E.NONE  # a retry of that EndTxn (the old epoch)
+    # a retry of that EndTxn (the old epoch): CONCURRENT_TRANSACTIONS while the markers are still being written
+    # (PrepareCommit, retriable), then answered as the commit that completed
+    wait_state(t, "CompleteCommit")
+    assert t.end(e0 + 1, commit=True).error_code == E.NONE
     values, hw, lso = read_committed(raw, topic)
     assert values == [b"t1-a", b"t2-a"] and lso == hw  # nothing late, nothing hanging
 
@@ -162,10 +180,12 @@ def test_v1_late_produce_joins_the_next_transaction(raw: RawClient, topic_factor
     assert t.produce(e, 0, b"t1-a", version=11) == E.NONE
     r = t.end(e, commit=True, version=4)
     assert r.error_code == E.NONE
+    wait_state(t, "CompleteCommit")  # until then AddPartitionsToTxn is CONCURRENT_TRANSACTIONS
     assert producer_epoch_in_partition(raw, topic, t.pid) == e  # no bump
     assert t.add_partition(e) == E.NONE  # transaction 2
     assert t.produce(e, 1, b"t1-late", version=11) == E.NONE  # accepted into transaction 2
     assert t.end(e, commit=True, version=4).error_code == E.NONE
+    wait_state(t, "CompleteCommit")  # the markers written: the last stable offset moved past transaction 2
     values, _, _ = read_committed(raw, topic)
     assert values == [b"t1-a", b"t1-late"]
 
@@ -236,7 +256,12 @@ def test_confluent_kafka_transactions_on_a_v2_cluster(bootstrap_servers) -> None
             p.abort_transaction(30)
         else:
             p.commit_transaction(30)
+    # commit_transaction returns once PrepareCommit is durable; CompleteCommit follows the markers
+    deadline = time.monotonic() + 30
     state = describe_transaction(bootstrap_servers, txn_id)
+    while state.transaction_state == "PrepareCommit" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        state = describe_transaction(bootstrap_servers, txn_id)
     assert (state.transaction_state, state.producer_epoch) == ("CompleteCommit", 0)
     values = [v for _, _, v in consume_all(bootstrap_servers, topic, 2, "read_committed", expect=15)]
     assert sorted(values) == sorted(f"rd-{i}-{j}" for i in (0, 1, 3) for j in range(5))

@@ -12,10 +12,10 @@ Validation (:func:`validate_group_configs`, Kafka's ``GroupConfig.validate`` as 
 3. unknown keys: "Unknown group config name: <key>";
 4. each value parsed as Kafka's ConfigDef: "Invalid value <v> for configuration <key>: <why>" (type, ``atLeast``
    lower bounds, the valid strings);
-5. only the keys the group sets, against the broker's bounds: "<key> must be in the range <min> to <max> inclusive."
+5. only the keys the group sets, against the broker's bounds: "<key> must be greater than or equal to <min key>"
+   or "<key> must be less than or equal to <max key>", naming the broker key of the bound
    (``group.consumer.min/max.session.timeout.ms``, ``group.consumer.min/max.heartbeat.interval.ms`` and their
-   share / streams counterparts), "<key> must be less than or equal to <max>" for
-   ``streams.num.standby.replicas``;
+   share / streams / assignment interval counterparts, ``group.streams.max.standby.replicas``);
 6. a session timeout must exceed its heartbeat interval (the broker's value standing in for the one not set):
    "consumer.session.timeout.ms must be greater than consumer.heartbeat.interval.ms".
 
@@ -56,6 +56,9 @@ def _auto_offset_reset(value: object) -> str | None:
 GROUP_CONFIG_KEYS: dict[str, TopicConfigKey] = {k.name: k for k in [
     TopicConfigKey("consumer.session.timeout.ms", "int", "45000", lo=1),
     TopicConfigKey("consumer.heartbeat.interval.ms", "int", "5000", lo=1),
+    TopicConfigKey("consumer.assignment.interval.ms", "int", "1000", lo=0),
+    TopicConfigKey("share.assignment.interval.ms", "int", "1000", lo=0),
+    TopicConfigKey("streams.assignment.interval.ms", "int", "1000", lo=0),
     TopicConfigKey("share.session.timeout.ms", "int", "45000", lo=1),
     TopicConfigKey("share.heartbeat.interval.ms", "int", "5000", lo=1),
     TopicConfigKey("share.record.lock.duration.ms", "int", "30000", lo=1000),
@@ -75,6 +78,9 @@ GROUP_CONFIG_KEYS: dict[str, TopicConfigKey] = {k.name: k for k in [
 GROUP_DOCS: dict[str, str] = {
     "consumer.session.timeout.ms": "Session timeout of this consumer group's KIP-848 members.",
     "consumer.heartbeat.interval.ms": "Heartbeat interval of this consumer group's KIP-848 members.",
+    "consumer.assignment.interval.ms": "Least time between two assignment updates of this consumer group.",
+    "share.assignment.interval.ms": "Least time between two assignment updates of this share group.",
+    "streams.assignment.interval.ms": "Least time between two assignment updates of this streams group.",
     "share.session.timeout.ms": "Session timeout of this share group's members (KIP-932).",
     "share.heartbeat.interval.ms": "Heartbeat interval of this share group's members.",
     "share.record.lock.duration.ms": "How long a share group member holds a delivered record.",
@@ -97,6 +103,9 @@ GROUP_BROKER_SYNONYMS: dict[str, str | None] = {
     "consumer.session.timeout.ms": "group.consumer.session.timeout.ms",
     "consumer.heartbeat.interval.ms": "group.consumer.heartbeat.interval.ms",
     "share.session.timeout.ms": "group.share.session.timeout.ms",
+    "consumer.assignment.interval.ms": "group.consumer.assignment.interval.ms",
+    "share.assignment.interval.ms": "group.share.assignment.interval.ms",
+    "streams.assignment.interval.ms": "group.streams.assignment.interval.ms",
     "share.heartbeat.interval.ms": "group.share.heartbeat.interval.ms",
     "share.record.lock.duration.ms": "group.share.record.lock.duration.ms",
     "share.delivery.count.limit": "group.share.delivery.count.limit",
@@ -131,6 +140,12 @@ _BOUNDS: dict[str, tuple[str | None, int, str | None, int]] = {
     "streams.session.timeout.ms": ("group.streams.min.session.timeout.ms", 45000,
                                    "group.streams.max.session.timeout.ms", 60000),
     "streams.num.standby.replicas": (None, 0, "group.streams.max.standby.replicas", 2),
+    "consumer.assignment.interval.ms": ("group.consumer.min.assignment.interval.ms", 0,
+                                        "group.consumer.max.assignment.interval.ms", 2147483647),
+    "share.assignment.interval.ms": ("group.share.min.assignment.interval.ms", 0,
+                                     "group.share.max.assignment.interval.ms", 2147483647),
+    "streams.assignment.interval.ms": ("group.streams.min.assignment.interval.ms", 0,
+                                       "group.streams.max.assignment.interval.ms", 2147483647),
 }
 
 _SESSION_HEARTBEAT = (("consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"),
@@ -178,11 +193,12 @@ def validate_group_configs(name: str, configs: Mapping[str, str | None], broker_
         if key not in parsed:
             continue
         value = parsed[key]
-        if key == "streams.num.standby.replicas":
-            if value > hi:  # type: ignore[operator]
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"{key} must be less than or equal to {hi}")
-        elif not lo <= value <= hi:  # type: ignore[operator]
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{key} must be in the range {lo} to {hi} inclusive.")
+        lo_key, _, hi_key, _ = _BOUNDS[key]
+        # Kafka names the broker key of the bound that was crossed
+        if lo_key is not None and value < lo:  # type: ignore[operator]
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{key} must be greater than or equal to {lo_key}")
+        if value > hi:  # type: ignore[operator]
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"{key} must be less than or equal to {hi_key}")
     for session, heartbeat in _SESSION_HEARTBEAT:
         if session in parsed or heartbeat in parsed:
             s = parsed.get(session, int(_broker_default(broker_props, session)))

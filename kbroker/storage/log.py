@@ -774,7 +774,8 @@ class PartitionLog:
         """Delete old segments: those wholly below the log start offset, then (if ``cleanup.policy`` has
         ``delete``) those past ``retention.ms`` (by largest timestamp) and beyond ``retention.bytes``.
 
-        Never deletes the active segment or segments not wholly below the high watermark; always a prefix.
+        Never deletes segments not wholly below the high watermark; always a prefix. As Kafka, a non-empty
+        active segment past retention (once every older segment is) is deleted too, after a roll.
         Deleted segments are renamed ``*.deleted`` and purged after ``file.delete.delay.ms``. Advances the log
         start offset. Returns the number of segments deleted.
         """
@@ -783,17 +784,18 @@ class PartitionLog:
         deleted = self._delete_prefix(lambda seg, nxt: nxt.base_offset <= self.log_start_offset, now_ms)
         if "delete" in cfg.cleanup_policy.split(","):
             if cfg.retention_ms >= 0:
-                deleted += self._delete_prefix(lambda seg, nxt: now_ms - seg.largest_timestamp > cfg.retention_ms, now_ms)
+                deleted += self._delete_prefix(lambda seg, nxt: now_ms - seg.largest_timestamp > cfg.retention_ms, now_ms,
+                                               include_active=True)
             if cfg.retention_bytes >= 0:
                 excess = [self.size_in_bytes - cfg.retention_bytes]
 
-                def over_size(seg: LogSegment, nxt: LogSegment) -> bool:
+                def over_size(seg: LogSegment, nxt: LogSegment | None) -> bool:
                     if excess[0] - seg.size >= 0:
                         excess[0] -= seg.size
                         return True
                     return False
 
-                deleted += self._delete_prefix(over_size, now_ms)
+                deleted += self._delete_prefix(over_size, now_ms, include_active=True)
         return deleted
 
     @_io_guarded("compaction")
@@ -838,7 +840,8 @@ class PartitionLog:
         self._bases = [s.base_offset for s in self._segments]
         return seg
 
-    def _delete_prefix(self, predicate: Callable[[LogSegment, LogSegment], bool], now_ms: int) -> int:
+    def _delete_prefix(self, predicate: Callable[[LogSegment, LogSegment | None], bool], now_ms: int,
+                       include_active: bool = False) -> int:
         victims: list[LogSegment] = []
         segs = self._segments
         for i in range(len(segs) - 1):
@@ -846,6 +849,13 @@ class PartitionLog:
             if nxt.base_offset > self._high_watermark or not predicate(seg, nxt):
                 break
             victims.append(seg)
+        active = self.active_segment
+        if (include_active and len(victims) == len(segs) - 1 and active.size > 0
+                and self._leo <= self._high_watermark and predicate(active, None)):
+            # Kafka: a non-empty active segment wholly below the high watermark goes too (retention): the log
+            # rolls to an empty segment at the log end offset first
+            self.roll(now_ms=now_ms)
+            victims.append(active)
         if not victims:
             return 0
         del self._segments[: len(victims)]

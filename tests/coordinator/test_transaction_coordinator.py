@@ -276,3 +276,16 @@ def test_v1_transactions_keep_their_epoch() -> None:
     h.complete_all()
     assert (h.state().state, h.state().producer_epoch) == (S.COMPLETE_COMMIT, 0)
     assert h.write(lambda s: s.add_partitions(TID, 1000, 0, [("a", 0)])) == E.NONE
+
+
+def test_timed_out_v2_transaction_is_aborted_with_one_bump() -> None:
+    """Kafka 4.3: a timed-out transactions-version-2 transaction is aborted with the fencing epoch alone; the
+    producer's commit with the epoch below is then a retry of another result: INVALID_TXN_STATE."""
+    h = Harness(abort_timed_out_transactions_interval_ms=1000)
+    h.init(timeout=5000)
+    assert h.write(lambda s: s.add_partitions(TID, 1000, 0, [("a", 0)], client_transaction_version=TV2)) == E.NONE
+    h.scheduler.advance(6000)
+    assert h.state().state is S.PREPARE_ABORT and h.state().producer_epoch == 1
+    h.complete_all()
+    assert h.state().state is S.COMPLETE_ABORT and h.state().producer_epoch == 1
+    assert end2(h, 1000, 0, True) == E.INVALID_TXN_STATE

@@ -439,10 +439,14 @@ def test_retention_by_time(open_log) -> None:
     assert plog.purge_deleted(now + 999) == 0
     assert plog.purge_deleted(now + 1000) == deleted
     assert not list(plog.dir.glob("*.deleted"))
-    # the active segment is never deleted, even when everything is old
+    # everything old and below the high watermark: the active segment goes too (Kafka), after a roll to an
+    # empty segment at the log end offset
+    leo = plog.log_end_offset
     plog.delete_retention(10**9)
-    assert len(plog.segments) == 1 and plog.segments[0] is remaining[-1]
-    assert plog.log_start_offset == remaining[-1].base_offset
+    assert len(plog.segments) == 1 and plog.segments[0] is not remaining[-1]
+    assert plog.segments[0].size == 0 and plog.segments[0].base_offset == leo == plog.log_start_offset
+    # an empty active segment is kept
+    assert plog.delete_retention(10**9 + 1) == 0 and len(plog.segments) == 1
 
 
 def test_retention_by_bytes_and_hw_bound(open_log) -> None:

@@ -26,7 +26,7 @@ restated:
   CompleteX with epoch 0); its retries are recognised by the epoch one below the current one (or the
   exhausted epoch of the previous producer id); an abort from Empty/CompleteCommit/CompleteAbort bumps the
   epoch with no partitions (Kafka's table in ``TransactionCoordinator.endTransaction``). Fencing a
-  version-2 transaction (InitProducerId, timeout) bumps twice: once to fence, once for the abort.
+  version-2 transaction by InitProducerId bumps twice: once to fence, once for the abort; a timeout bumps once.
 * **EndTxn**: from Ongoing to PrepareCommit/PrepareAbort (the decision is durable from here), answered NONE;
   the markers are written by the service (:meth:`on_prepared` hands it the work), then Complete*.
   A retry after completion with the same result is NONE; PrepareX with the same result is
@@ -223,13 +223,15 @@ class TransactionCoordinatorShard:
     def _bump(epoch: int) -> int:
         return epoch + 1 if epoch < 32767 else epoch
 
-    def _fence(self, txn: TransactionMetadata, now: int) -> TransactionMetadata:
+    def _fence(self, txn: TransactionMetadata, now: int, abort_bump: bool = True) -> TransactionMetadata:
         """PrepareAbort of an Ongoing transaction whose producer is fenced (InitProducerId, timeout): the epoch is
-        bumped (PrepareEpochFence, in memory); a transactions-version-2 transaction bumps it once more for the
-        abort itself, taking a new producer id for CompleteAbort when that exhausts the epoch."""
+        bumped (PrepareEpochFence, in memory); a transactions-version-2 transaction fenced by InitProducerId
+        (``abort_bump``) bumps it once more for the abort itself, taking a new producer id for CompleteAbort when
+        that exhausts the epoch. A timed-out one is aborted with the fencing epoch alone (Kafka 4.3: the
+        producer's EndTxn of the epoch below is then answered as a retry, INVALID_TXN_STATE for a commit)."""
         fenced = txn.transition(S.PREPARE_EPOCH_FENCE, producer_epoch=self._bump(txn.producer_epoch),
                                 last_producer_epoch=NO_PRODUCER_EPOCH)
-        if txn.client_transaction_version < TV2:
+        if txn.client_transaction_version < TV2 or not abort_bump:
             return fenced.transition(S.PREPARE_ABORT, txn_last_update_timestamp=now)
         next_id = self.generate_producer_id() if is_epoch_exhausted(fenced.producer_epoch) else NO_PRODUCER_ID
         return fenced.transition(S.PREPARE_ABORT, producer_epoch=self._bump(fenced.producer_epoch),
@@ -420,7 +422,7 @@ class TransactionCoordinatorShard:
             if txn.state is S.ONGOING and txn.txn_start_timestamp + txn.txn_timeout_ms < now:
                 log.info("transactional id %s: transaction of producer %d epoch %d timed out after %d ms; aborting",
                          txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.txn_timeout_ms)
-                prepared.append(self._fence(txn, now))
+                prepared.append(self._fence(txn, now, abort_bump=False))
         return CoordinatorResult([self._record(t) for t in prepared], None, self._prepared_callback(prepared))
 
     def _schedule_expiration(self) -> None:

@@ -188,7 +188,10 @@ def _group_entries(ctx, group: str, keys, synonyms: bool) -> list[R.DescribeConf
         spec = GROUP_CONFIG_KEYS[key]
         value = effective[key]
         text = str(value).lower() if isinstance(value, bool) else str(value)
-        source = GROUP_CONFIG if key in overrides else DEFAULT_CONFIG
+        broker_key = GROUP_BROKER_SYNONYMS.get(key)
+        # Kafka: a key the group does not override takes its broker key's source (server.properties: static)
+        source = GROUP_CONFIG if key in overrides else (
+            STATIC_BROKER_CONFIG if broker_key and str(props.get(broker_key, "")).strip() else DEFAULT_CONFIG)
         entry = R.DescribeConfigsResourceResult(
             name=key, value=text, read_only=False, config_source=source, is_sensitive=False,
             config_type=_TYPE_IDS.get(spec.type, TYPE_STRING), documentation=None)
