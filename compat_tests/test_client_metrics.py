@@ -11,6 +11,8 @@ import time
 import urllib.request
 from typing import Any
 
+import pytest
+
 from compat_tests.conftest import unique
 from kbroker.testing.plugin import free_port
 
@@ -24,6 +26,7 @@ def client_metrics(bootstrap: str, *args: Any, ok: bool = True) -> subprocess.Co
     return proc
 
 
+@pytest.mark.kafka_reference
 def test_client_metrics_subscriptions_with_the_tool(kbroker_factory):
     b = kbroker_factory().bootstrap
     assert client_metrics(b, "--list").stdout == ""
@@ -44,6 +47,7 @@ def test_client_metrics_subscriptions_with_the_tool(kbroker_factory):
     assert client_metrics(b, "--list").stdout.split() == ["producers"]
 
 
+@pytest.mark.kbroker_only("reads the pushed client metrics from kbroker's metrics.port Prometheus endpoint")
 def test_java_producer_pushes_subscribed_metrics_to_the_prometheus_endpoint(kbroker_factory, java_driver):
     metrics_port = free_port()
     b = kbroker_factory(overrides={"metrics.port": str(metrics_port), "metrics.host": "127.0.0.1"}).bootstrap
@@ -69,6 +73,7 @@ def test_java_producer_pushes_subscribed_metrics_to_the_prometheus_endpoint(kbro
     assert sends and float(sends[0].rsplit(" ", 1)[1]) > 0, pushed[:20]
 
 
+@pytest.mark.kbroker_only("reads the pushed client metrics from kbroker's metrics.port Prometheus endpoint")
 def test_librdkafka_producer_pushes_its_metrics(kbroker_factory):
     from confluent_kafka import Producer
 

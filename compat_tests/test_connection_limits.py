@@ -44,6 +44,8 @@ def connect(broker) -> socket.socket:
     return socket.create_connection(("127.0.0.1", broker.port), timeout=5)
 
 
+@pytest.mark.kbroker_only("kbroker.request.read.timeout.ms is a kbroker-only key (Kafka has no cut-off for a "
+                          "frame that arrives slowly), and its log line")
 def test_trickled_request_is_cut_off(kbroker_factory):
     broker = kbroker_factory(overrides={"kbroker.request.read.timeout.ms": "1000"})
     s = connect(broker)

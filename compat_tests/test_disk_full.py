@@ -46,7 +46,39 @@ def small_dir(tmp_path):
 
 
 def partition_dirs(root: Path, topic: str) -> set[int]:
-    return {int(p.name.rsplit("-", 1)[1]) for p in root.iterdir() if p.is_dir() and p.name.startswith(topic + "-")}
+    """The partitions of ``topic`` with a directory in ``root`` (a future copy, ``<topic>-<p>.<id>-future``, is not
+    one yet)."""
+    prefix = topic + "-"
+    return {int(p.name[len(prefix):]) for p in root.iterdir()
+            if p.is_dir() and p.name.startswith(prefix) and p.name[len(prefix):].isdigit()}
+
+
+def one_partition_on(broker, small: Path, big: Path, topic: str) -> int:  # noqa: ANN001
+    """The partition of the 2-partition ``topic`` that lives on ``small``. Kafka may place both on one directory
+    (it picks directories its own way): then partition 0 is moved to ``small`` or 1 to ``big`` with
+    AlterReplicaLogDirs."""
+    deadline = time.monotonic() + 30  # Kafka creates the logs a moment after CreateTopics has answered
+    while time.monotonic() < deadline and len(partition_dirs(small, topic) | partition_dirs(big, topic)) < 2:
+        time.sleep(0.2)
+    here = partition_dirs(small, topic)
+    if len(here) != 1:
+        from kafka.admin import KafkaAdminClient
+
+        move = (topic, 0, broker.node_id), small
+        if here:
+            move = (topic, 1, broker.node_id), big
+        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        try:
+            errors = admin.alter_replica_log_dirs({move[0]: str(move[1])})
+        finally:
+            admin.close()
+        assert [e.__name__ for e in errors.values()] == ["NoError"], errors
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(partition_dirs(small, topic)) != 1:
+            time.sleep(0.2)
+    on_small = partition_dirs(small, topic)
+    assert len(on_small) == 1, "one partition on each log directory"
+    return on_small.pop()
 
 
 def describe_log_dirs(bootstrap: str) -> dict[str, int]:
@@ -98,9 +130,7 @@ def test_disk_full_loses_no_acknowledged_record(kbroker_factory, small_dir, tmp_
     topic = f"full-{acks}-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
-    on_small = partition_dirs(small, topic)
-    assert len(on_small) == 1, "one partition on each log directory"
-    p_small = on_small.pop()
+    p_small = one_partition_on(broker, small, big, topic)
     p_big = 1 - p_small
 
     acked: dict[int, bytes] = {}
@@ -176,7 +206,7 @@ def test_disk_full_java_client(kbroker_factory, small_dir, tmp_path, get_client,
     topic = f"fullj-{acks}-{uuid.uuid4().hex[:6]}"
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
-    (p_small,) = partition_dirs(small, topic)
+    p_small = one_partition_on(broker, small, big, topic)
     count = 2 * (TMPFS_MB + 1) * 1024 * 1024 // VALUE
     spec = RecordSpec.new(f"j{acks}", count, partitions=2, pad=VALUE, nulls=False)
     result = java.produce(broker.bootstrap, topic, spec, ProduceOptions(acks=acks, idempotence=acks == "all",

@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka.admin import KafkaAdminClient
 
@@ -120,6 +121,7 @@ def test_partition_moves_to_another_log_dir_while_written(kbroker_factory, tmp_p
         admin.close()
 
 
+@pytest.mark.kafka_reference
 def test_alter_replica_log_dirs_errors(kbroker_factory, tmp_path: Path) -> None:
     dirs = [tmp_path / "disk-a", tmp_path / "disk-b"]
     broker = kbroker_factory(overrides={"log.dirs": ",".join(str(d) for d in dirs)})
@@ -131,7 +133,7 @@ def test_alter_replica_log_dirs_errors(kbroker_factory, tmp_path: Path) -> None:
             return error.__name__
 
         assert outcome({("stays", 0, broker.node_id): str(tmp_path / "elsewhere")}) == "LogDirNotFoundError"
-        assert outcome({("absent", 0, broker.node_id): str(dirs[0])}) == "NotLeaderForPartitionError"
+        assert outcome({("absent", 0, broker.node_id): str(dirs[0])}) == "UnknownTopicOrPartitionError"
         where = _dirs_of(admin, "stays")
         assert outcome({("stays", 0, broker.node_id): next(iter(where))}) == "NoError"
         assert _dirs_of(admin, "stays") == where

@@ -54,6 +54,7 @@ def test_node_properties_layout() -> None:
         node_properties(dict(props, listeners="PLAINTEXT://a:1,SSL://a:2"), 2)
 
 
+@pytest.mark.kbroker_only("kbroker --processes: one node as several kbroker processes under kbroker's supervisor")
 def test_two_processes_serve_one_cluster(tmp_path: Path) -> None:
     port = free_port_run(2)  # broker 1, the controller, broker 2
     bootstrap = f"{HOST}:{port}"

@@ -3,11 +3,13 @@ is one ERROR line with exit code 1 and no traceback (issue: a newcomer's first h
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,7 @@ def snapshot(d: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(d)): (p.stat().st_size, p.stat().st_mtime_ns) for p in d.rglob("*") if p.is_file()}
 
 
+@pytest.mark.kbroker_only("starts the kbroker CLI on the locked directory and checks its one-line start-up error")
 def test_second_broker_on_the_same_directory_refuses_and_touches_nothing(kbroker_factory, tmp_path):
     first = kbroker_factory()
     data = first.log_dirs
@@ -131,8 +134,9 @@ def test_traceback_only_at_debug(tmp_path):
 
 def test_unknown_key_is_warned_and_the_broker_serves(kbroker_factory):
     broker = kbroker_factory(overrides={"num.partitons": "3"})
-    log = broker.log_tail(400)
-    assert "WARNING kbroker.config: The configuration 'num.partitons' was supplied but isn't a known config." in log
+    if broker.target == "kbroker":  # the warning is kbroker's own: Kafka 4.3 starts on an unknown key silently
+        assert "WARNING kbroker.config: The configuration 'num.partitons' was supplied but isn't a known config." \
+            in broker.log_text()
     from confluent_kafka.admin import AdminClient
 
     md = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
@@ -175,7 +179,10 @@ def test_stray_partition_directories_are_renamed_not_served(kbroker_factory):
     p.flush(20)
     assert broker.stop() == 0
     logs = Path(broker.log_dirs)
-    _shutil.copytree(logs / "real-0", logs / "ghost-0")   # a copied-in directory of a topic that does not exist
+    _shutil.copytree(logs / "real-0", logs / "ghost-0")   # a copied-in directory of a topic that does not exist:
+    # its own topic id, which no topic has (Kafka tells strays by topic id: a copy keeping real's id is not one)
+    ghost_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    (logs / "ghost-0" / "partition.metadata").write_text(f"version: 0\ntopic_id: {ghost_id}")
     _shutil.copytree(logs / "real-1", logs / "real-7")    # a partition the topic does not have
     broker.start()
     names = sorted(p.name for p in logs.iterdir() if p.is_dir())
@@ -183,8 +190,8 @@ def test_stray_partition_directories_are_renamed_not_served(kbroker_factory):
     assert len(strays) == 2 and any(n.startswith("ghost-0.") for n in strays) and \
         any(n.startswith("real-7.") for n in strays), names
     assert "ghost-0" not in names and "real-7" not in names
-    log = broker.log_tail(400)
-    assert "Found stray partition directory" in log and "ghost-0" in log
+    log = broker.log_text()
+    assert "Found stray" in log and "ghost-0" in log
     md = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=10)
     assert "ghost" not in md.topics and sorted(md.topics["real"].partitions) == [0, 1]
     # a restart leaves the stray directories alone
@@ -221,6 +228,7 @@ def test_cluster_metadata_is_not_a_user_topic(kbroker_factory):
     assert "__cluster_metadata" not in admin.list_topics(timeout=10).topics
 
 
+@pytest.mark.kbroker_only("runs the kbroker CLI and checks its one-line start-up refusal")
 def test_missing_meta_properties_next_to_data_refuses(kbroker_factory, tmp_path):
     broker = kbroker_factory()
     assert broker.stop() == 0
@@ -237,6 +245,7 @@ def test_missing_meta_properties_next_to_data_refuses(kbroker_factory, tmp_path)
     assert broker.is_running()
 
 
+@pytest.mark.kbroker_only("runs the kbroker CLI and checks its one-line start-up refusal")
 def test_damaged_meta_properties_refuses(kbroker_factory, tmp_path):
     broker = kbroker_factory()
     assert broker.stop() == 0
@@ -248,6 +257,7 @@ def test_damaged_meta_properties_refuses(kbroker_factory, tmp_path):
     assert "meta.properties cannot be read" in line
 
 
+@pytest.mark.kbroker_only("kbroker's metrics.port Prometheus endpoint and its start-up log line")
 def test_metrics_endpoint_binds_where_the_listener_binds(kbroker_factory):
     import urllib.request
 

@@ -209,9 +209,11 @@ def _check_metadata_version(current: int, level: int, upgrade_type: int) -> Feat
     if level not in METADATA_VERSIONS:
         return invalid("Unknown metadata.version.")
     if level < current and _metadata_changed(current, level):
-        if upgrade_type == UNSAFE_DOWNGRADE:
-            return invalid("Unsafe metadata downgrade is not supported in this version.")
-        return invalid("Refusing to perform the requested downgrade because it might delete metadata information.")
+        # Kafka 4.3 names both levels here: "Unsupported metadata.version downgrade from 30 to 29. <why>"
+        why = ("Unsafe metadata downgrade is not supported in this version." if upgrade_type == UNSAFE_DOWNGRADE
+               else "Refusing to perform the requested downgrade because it might delete metadata information.")
+        return FeatureUpdateError(ErrorCode.INVALID_UPDATE_VERSION,
+                                  f"Unsupported metadata.version downgrade from {current} to {level}. {why}")
     return None
 
 

@@ -70,11 +70,11 @@ def test_every_registered_broker_must_support_the_level():
 def test_metadata_version_downgrade_rules():
     # 30 (4.3-IV0) changed the metadata format: no downgrade below it, safe or unsafe
     assert plan([("metadata.version", 29, SAFE_DOWNGRADE)])[1] == (
-        ErrorCode.INVALID_UPDATE_VERSION, "Invalid metadata.version 29. Refusing to perform the requested downgrade "
-                                          "because it might delete metadata information.")
+        ErrorCode.INVALID_UPDATE_VERSION, "Unsupported metadata.version downgrade from 30 to 29. Refusing to perform "
+                                          "the requested downgrade because it might delete metadata information.")
     assert plan([("metadata.version", 29, UNSAFE_DOWNGRADE)])[1] == (
-        ErrorCode.INVALID_UPDATE_VERSION, "Invalid metadata.version 29. Unsafe metadata downgrade is not supported "
-                                          "in this version.")
+        ErrorCode.INVALID_UPDATE_VERSION, "Unsupported metadata.version downgrade from 30 to 29. Unsafe metadata "
+                                          "downgrade is not supported in this version.")
     # 24..29 changed nothing: 29 -> 24 is a safe downgrade; 29 -> 23 is not (23, 4.0-IV1, changed it)
     img = image({"metadata.version": 29})
     assert plan([("metadata.version", 24, SAFE_DOWNGRADE)], img=img) == ([("metadata.version", 24)], None)

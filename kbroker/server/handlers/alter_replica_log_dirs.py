@@ -2,8 +2,8 @@
 ``log.dirs`` while they are written.
 
 Behavior: per partition, ``Path`` must be one of this broker's ``log.dirs`` (compared as absolute paths) else
-LOG_DIR_NOT_FOUND; an offline directory gives KAFKA_STORAGE_ERROR; a partition this broker does not host
-NOT_LEADER_OR_FOLLOWER (as Kafka, which also answers so for a replica it will only create later). Otherwise NONE
+LOG_DIR_NOT_FOUND; an offline directory gives KAFKA_STORAGE_ERROR; a partition the metadata does not have
+UNKNOWN_TOPIC_OR_PARTITION (as Kafka); one this broker does not host NOT_LEADER_OR_FOLLOWER (as Kafka, which also answers so for a replica it will only create later). Otherwise NONE
 and the move runs in the background (``kbroker.server.log_dir_mover``): nothing to do when the replica is there
 already, a move to another directory in progress is replaced. DescribeLogDirs shows the copy as a future replica
 with its lag until the swap. Without ALTER on the cluster every partition gets CLUSTER_AUTHORIZATION_FAILED.
@@ -45,7 +45,9 @@ async def handle(ctx, request: AlterReplicaLogDirsRequest) -> R:
                     code = ErrorCode.KAFKA_STORAGE_ERROR
                 else:
                     part = broker.replica_manager.partitions.get((t.name, p))
-                    if part is None or part.log.closed:
+                    if part is None and not _in_metadata(broker, t.name, p):
+                        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    elif part is None or part.log.closed:
                         code = ErrorCode.NOT_LEADER_OR_FOLLOWER
                     else:
                         try:
@@ -55,3 +57,8 @@ async def handle(ctx, request: AlterReplicaLogDirsRequest) -> R:
                             code = exc.code
                 result.partitions.append(R.AlterReplicaLogDirPartitionResult(partition_index=p, error_code=code))
     return R(results=list(results.values()))
+
+
+def _in_metadata(broker, topic: str, partition: int) -> bool:  # noqa: ANN001
+    known = broker.controller.image.topics_by_name.get(topic)
+    return known is not None and partition in known.partitions

@@ -4,9 +4,9 @@ Behavior: each topic goes to the quorum controller, which validates it as Kafka 
 (INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR,
 INVALID_CONFIG, INVALID_REPLICA_ASSIGNMENT) and writes TopicRecord, PartitionRecords and ConfigRecords
 to the metadata log; ``validate_only`` checks without writing. A name listed twice in one request gets
-INVALID_REQUEST for every occurrence. At most 10,000 partitions per request (Kafka's limit; POLICY_VIOLATION
-"Unable to perform excessively large batch operation." for the topics beyond it, checked before anything is
-built). The topics are written a few hundred partitions at a time, so that a request creating thousands of
+INVALID_REQUEST for every occurrence. At most 10,000 partitions per request and 10,000 metadata records (Kafka's limits;
+POLICY_VIOLATION "Excessively large number of partitions per request." / "Unable to perform excessively large
+batch operation." for every topic of the request, checked before anything is built). The topics are written a few hundred partitions at a time, so that a request creating thousands of
 partitions does not hold up other clients; their logs are created in a worker thread.
 Version notes: v5 returns partitions, replication factor and configs; v7 the topic id.
 """
@@ -24,6 +24,7 @@ API_KEY = ApiKey.CREATE_TOPICS
 VERSIONS = range(2, 8)
 
 
+TOO_MANY_PARTITIONS_MESSAGE = "Excessively large number of partitions per request."
 SLICE_PARTITIONS = 500
 FD_RESERVE = 512
 """Descriptors kept free for connections, segment rolls and the metadata log."""
@@ -55,6 +56,7 @@ async def create_in_slices(ctx, specs, validate_only: bool) -> dict:
     from kbroker.controller.quorum_controller import (
         EXCESSIVE_BATCH_MESSAGE,
         MAX_PARTITIONS_PER_REQUEST,
+        MAX_RECORDS_PER_BATCH,
         CreateTopicResult,
     )
 
@@ -70,11 +72,27 @@ async def create_in_slices(ctx, specs, validate_only: bool) -> dict:
             for spec in batch:
                 results[spec.name] = CreateTopicResult(spec.name, exc.code, exc.message)
 
+    def partitions_of(spec) -> int:  # noqa: ANN001
+        return spec.num_partitions if spec.num_partitions > 0 else len(spec.assignments) if spec.assignments \
+            else default
+
+    # Kafka checks the whole request before anything is built, and refuses every topic of it: more than 10,000
+    # partitions in all, or more than 10,000 metadata records (a TopicRecord, the PartitionRecords and the
+    # ConfigRecords of each topic; kbroker counts every topic named, Kafka those that pass validation).
+    total = sum(partitions_of(spec) for spec in specs)
+    refusal = None
+    if total > MAX_PARTITIONS_PER_REQUEST:
+        refusal = TOO_MANY_PARTITIONS_MESSAGE
+    elif total + sum(1 + len(spec.configs or ()) for spec in specs) > MAX_RECORDS_PER_BATCH:
+        refusal = EXCESSIVE_BATCH_MESSAGE
+    if refusal is not None:
+        return {spec.name: CreateTopicResult(spec.name, ErrorCode.POLICY_VIOLATION, refusal) for spec in specs}
+
     used = 0
     batch: list = []
     batch_partitions = 0
     for spec in specs:
-        n = spec.num_partitions if spec.num_partitions > 0 else len(spec.assignments) if spec.assignments else default
+        n = partitions_of(spec)
         if n > MAX_PARTITIONS_PER_REQUEST - used:
             results[spec.name] = CreateTopicResult(spec.name, ErrorCode.POLICY_VIOLATION, EXCESSIVE_BATCH_MESSAGE)
             continue
@@ -140,7 +158,7 @@ async def _create(ctx, request: CreateTopicsRequest) -> R:
     resp = await _handle(ctx, request)
     for name in sorted(refused):
         resp.topics.append(R.CreatableTopicResult(
-            name=name, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED, error_message=common.THROTTLING_QUOTA_MESSAGE,
+            name=name, error_code=ErrorCode.THROTTLING_QUOTA_EXCEEDED, error_message=None,  # Kafka sends no message
             num_partitions=-1, replication_factor=-1, configs=[]))
     return resp
 
