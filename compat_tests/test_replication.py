@@ -18,15 +18,16 @@ killed leader's partitions move to an in-sync follower without losing an acknowl
   SIGSTOP of brokers, a broker wiped) under the same acks=all load: nothing acknowledged lost or duplicated.
 * Three controllers and three brokers (long broker session timeout, so only the leaders' AlterPartition changes
   the ISR): a SIGSTOPped follower leaves the ISR after ``replica.lag.time.max.ms`` and acks=all goes on; after
-  SIGCONT it comes back; with two followers stopped the ISR is the leader alone and an acks=all Produce is
-  NOT_ENOUGH_REPLICAS while acks=1 is accepted; a follower Fetch-ed by a consumer with Fetch v4 (before KIP-392's
-  v11) answers NOT_LEADER_OR_FOLLOWER;
-  a broker restarted with an empty data directory copies everything from the leaders and rejoins the ISR.
+  SIGCONT it comes back; with two followers stopped (and behind: a write with acks=1) the ISR is the leader alone
+  and an acks=all Produce is NOT_ENOUGH_REPLICAS while acks=1 is accepted; a follower Fetch-ed by a consumer with
+  Fetch v4 (before KIP-392's v11) answers NOT_LEADER_OR_FOLLOWER; a broker restarted with an empty data directory
+  copies everything from the leaders and rejoins the ISR.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import threading
 import time
@@ -125,11 +126,15 @@ def test_isr_shrinks_and_expands_with_alter_partition(tmp_path):
         # a second stopped follower: the ISR is the leader alone, below min.insync.replicas
         cluster.pause(followers[1])
         admin.down.add(followers[1])
+        # as Kafka's leader: a follower is out of sync once it is behind the log end for longer than
+        # replica.lag.time.max.ms; a stopped one that already has everything stays in the ISR until a write
+        code, _ = produce_raw(1, b"leaves-the-stopped-follower-behind")
+        assert code == ErrorCode.NONE, ErrorCode(code).name
         wait_until(lambda: admin.state()[0] == (leader, [leader]), 20, "ISR of the leader alone")
         code, _ = produce_raw(-1, b"refused")
         assert code == ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode(code).name
         code, offset = produce_raw(1, b"acks-1")
-        assert code == ErrorCode.NONE and offset >= 2
+        assert code == ErrorCode.NONE and offset >= 3
         # both back: they catch up and rejoin the ISR; acks=all works again
         for f in followers:
             cluster.resume(f)
@@ -502,11 +507,15 @@ def _acks_all_probe(cluster: KbrokerCluster, h: History, node: int, partition: i
         conn.close()
 
 
+@pytest.mark.xfail(condition=os.environ.get("KBROKER_TEST_TARGET", "kbroker") == "kbroker", strict=True,
+                   reason="kbroker: OffsetFetch waits until the pending commit is replicated and answers with it, "
+                          "where Kafka answers at once from the last replicated state")
 def test_offset_fetch_answers_only_with_commits_the_replicas_hold(tmp_path):
     """The group coordinator answers reads only with state every in-sync replica holds: with the followers of the
     ``__consumer_offsets`` partition cut off from its leader (their replica fetches, through the harness's
-    proxies), a commit waits for them, and an OffsetFetch sent meanwhile does not answer with that commit
-    (a leader change could still lose it) until the cut heals and the followers copy it."""
+    proxies), a commit waits for them, and an OffsetFetch sent meanwhile answers at once, as Kafka's, with the
+    offset the replicas hold, not with that commit (a leader change could still lose it); once the cut heals and
+    the followers copy it, the commit is acknowledged and OffsetFetch answers with it."""
     from kbroker.protocol.api_keys import ApiKey
     from kbroker.protocol.messages import OffsetCommitRequest as OC, OffsetCommitResponse
     from kbroker.protocol.messages import OffsetFetchRequest as OF, OffsetFetchResponse
@@ -561,13 +570,14 @@ def test_offset_fetch_answers_only_with_commits_the_replicas_hold(tmp_path):
             cluster.replication_links[(f, coordinator.node_id)].heal()
         committing.join(60)
         fetching.join(60)
-        assert seen_while_cut == {}, f"answered while the followers could not copy the commit: {seen_while_cut}"
-        (commit_code, committed_at), (fetched, fetched_at) = answers["commit"], answers["fetch"]
-        assert commit_code == ErrorCode.NONE
-        assert fetched == (ErrorCode.NONE, 42)
-        assert committed_at >= healed and fetched_at >= healed
-        print(f"OffsetFetch answered {fetched_at - healed:.2f} s after the heal, "
-              f"the commit {committed_at - healed:.2f} s")
+        assert "commit" not in seen_while_cut, "commit acknowledged while the followers could not copy it"
+        assert "fetch" in seen_while_cut, "OffsetFetch not answered while the followers were cut off"
+        (fetched, fetched_at) = seen_while_cut["fetch"]
+        assert fetched == (ErrorCode.NONE, 10), "answered with a commit the followers did not hold"
+        commit_code, committed_at = answers["commit"]
+        assert commit_code == ErrorCode.NONE and committed_at >= healed
+        assert fetch() == (ErrorCode.NONE, 42)
+        print(f"the commit answered {committed_at - healed:.2f} s after the heal")
 
 
 def test_leader_cut_off_from_the_cluster_acknowledges_nothing_that_is_lost(tmp_path):
@@ -606,7 +616,10 @@ def test_leader_cut_off_from_the_cluster_acknowledges_nothing_that_is_lost(tmp_p
                 # at once, before the controller has fenced it: the cut-off leader cannot acknowledge an acks=all
                 # write (its followers fetch through the cut links; when they still reached it directly, this
                 # was acknowledged)
-                assert _acks_all_probe(cluster, h, leader, p) == ErrorCode.REQUEST_TIMED_OUT
+                probe_sent = time.monotonic()
+                code = _acks_all_probe(cluster, h, leader, p)
+                assert code == ErrorCode.REQUEST_TIMED_OUT, \
+                    f"{ErrorCode(code).name} after {time.monotonic() - probe_sent:.1f} s from broker {leader}"
                 wait_until(lambda: admin.state()[p][0] not in (leader, -1), 30, f"a leader other than {leader}")
                 w.wait_acked(100, 90, partition=p)
                 resumed.append(time.monotonic() - cut)

@@ -107,7 +107,7 @@ def add_controller(bootstrap: str, props: dict[str, str], tls: Any = None) -> No
     node_id, cluster_id, directory_id, endpoints = _controller_identity(props)
     with WireClient(bootstrap, ssl_context=tls) as wire:
         conn = wire.any_broker()
-        req = AddRaftVoterRequest(cluster_id=cluster_id, timeout_ms=30_000, voter_id=node_id,
+        req = AddRaftVoterRequest(cluster_id=cluster_id or None, timeout_ms=30_000, voter_id=node_id,
                                   voter_directory_id=directory_id,
                                   listeners=[AddRaftVoterRequest.Listener(name=n, host=h, port=p)
                                              for n, h, p in endpoints], ack_when_committed=True)
@@ -130,7 +130,8 @@ def remove_controller(bootstrap: str, node_id: int, directory_id_text: str, tls:
         raise CliError(f"--controller-directory-id {directory_id_text!r} is not a directory id") from None
     with WireClient(bootstrap, ssl_context=tls) as wire:
         conn = wire.any_broker()
-        resp = conn.send(RemoveRaftVoterRequest(cluster_id="", voter_id=node_id, voter_directory_id=directory_id),
+        # a null cluster id: "do not check" (Kafka's nodes refuse an empty one as another cluster's)
+        resp = conn.send(RemoveRaftVoterRequest(cluster_id=None, voter_id=node_id, voter_directory_id=directory_id),
                          conn.version_for(RemoveRaftVoterRequest))
     if resp.error_code:
         raise CliError(f"RemoveRaftVoter failed: {error_name(resp.error_code)}"

@@ -126,6 +126,10 @@ def test_follower_checks_the_consumer_leader_epoch(follower):
     pd = resp.responses[0].partitions[0]
     assert (pd.current_leader.leader_id, pd.current_leader.leader_epoch) == (1, EPOCH)
     assert [(e.node_id, e.host, e.port) for e in resp.node_endpoints] == [(1, "127.0.0.1", 9001)]
+    # as Kafka's: no hint before v16, although CurrentLeader exists from v12
+    resp = _read_all(ctx, _consumer_fetch(0, epoch=EPOCH - 1), 15)[0]
+    pd = resp.responses[0].partitions[0]
+    assert (pd.current_leader.leader_id, pd.current_leader.leader_epoch, resp.node_endpoints) == (-1, -1, [])
     assert _answer(ctx, _consumer_fetch(0, epoch=EPOCH + 1))[0].error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
     assert _answer(ctx, _consumer_fetch(0, epoch=-1))[0].error_code == ErrorCode.NONE
 

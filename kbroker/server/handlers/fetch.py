@@ -278,9 +278,9 @@ def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, re
                 if exc.code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
                                 ErrorCode.TOPIC_AUTHORIZATION_FAILED):
                     pd.aborted_transactions = []
-                if exc.code in _LEADER_HINT_ERRORS and version >= 12 and topic is not None:
-                    # KIP-951: the leader this broker knows, and (v16+) its address, saves the client a
-                    # metadata round trip
+                if exc.code in _LEADER_HINT_ERRORS and version >= 16 and topic is not None:
+                    # KIP-951: the leader this broker knows and its address save the client a metadata round
+                    # trip; as Kafka's, only from v16 (CurrentLeader exists from v12 but stays -1 before v16)
                     p = topic.partitions.get(fp.partition)
                     if p is not None and p.leader >= 0 and p.leader != broker.node_id:
                         pd.current_leader = FetchResponse.LeaderIdAndEpoch(leader_id=p.leader,
