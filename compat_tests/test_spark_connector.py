@@ -71,11 +71,13 @@ def utc_ms(ts: dt.datetime) -> int:
     return int(ts.timestamp() * 1000)
 
 
-def produce(calls, bootstrap, topic, count, *, partitions=3, tag="spark", base_ts=BASE_TS, compression="lz4"):
+def produce(calls, bootstrap, topic, count, *, partitions=3, tag="spark", base_ts=BASE_TS, compression="lz4",
+            extra=()):
     """The Spark-calls driver's idempotent producer (kafka-clients 3.9.0): record i -> partition i % P,
-    timestamp base_ts + i, content spark_record(tag, i). Returns {(partition, offset): index}."""
+    timestamp base_ts + i (``extra`` more driver options, e.g. ``--ts-step``), content spark_record(tag, i).
+    Returns {(partition, offset): index}."""
     args = ["produce", "--bootstrap", bootstrap, "--topic", topic, "--count", str(count), "--tag", tag,
-            "--compression", compression, "--partitions", str(partitions), "--base-ts", str(base_ts)]
+            "--compression", compression, "--partitions", str(partitions), "--base-ts", str(base_ts), *extra]
     acks = of(calls.run(args), "ack")
     assert len(acks) == count and all("error" not in a for a in acks)
     return {(a["partition"], a["offset"]): a["index"] for a in acks}
@@ -371,9 +373,12 @@ def test_fail_on_data_loss_after_retention(spark, calls, kbroker_factory, tmp_pa
     bootstrap = broker.bootstrap
     topic = unique("spark-loss")
     create_topic(bootstrap, topic, 1, {"internal.segment.bytes": "8192", "retention.ms": "3600000"})
-    # uncompressed, so the 200 records (~16 KB) fill more than one 8 KiB segment (lz4 packs them into one)
+    # uncompressed, so the 200 records (~16 KB) fill more than one 8 KiB segment (lz4 packs them into one);
+    # timestamps from a day ago up to now, so the segments holding only the first ~190 records are past
+    # retention.ms at once and the newest (the active one) is not: as Kafka, retention deletes a segment, the
+    # active one included, whose newest record is older than retention.ms
     produce(calls, bootstrap, topic, 200, partitions=1, base_ts=int(time.time() * 1000) - 86_400_000,
-            compression="none")
+            compression="none", extra=("--ts-step", "432000"))
     deadline = time.monotonic() + 30
     start = 0
     while start == 0 and time.monotonic() < deadline:
