@@ -28,6 +28,8 @@ Targets (``KBROKER_TEST_TARGET`` or ``--kbroker-target``)
 Markers
     ``kbroker_only(reason)``  the test checks something only kbroker has (its own files, logs or tools):
                           skipped on the other targets with the reason (deselect with ``-m "not kbroker_only"``).
+    ``kafka_reference``   in the slice that ``./dev.sh test`` (and CI) also runs against the reference Kafka
+                          (``-m kafka_reference --kbroker-target=kafka``).
 
 The selected target is also put into ``KBROKER_TEST_TARGET`` for the harness (``KbrokerCluster`` builds Kafka
 nodes under ``kafka``).
