@@ -12,7 +12,6 @@ and the log after it.
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 
@@ -21,13 +20,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbroker.controller.snapshot import SnapshotStore, decode_snapshot, load_image
 from kbroker.testing.cluster import KbrokerCluster, quorum_leader, wait_until
+from kbroker.testing.plugin import current_target
 
 pytestmark = pytest.mark.timeout(400)
 
 SNAPSHOT_OFTEN = {"broker.session.timeout.ms": "3000", "broker.heartbeat.interval.ms": "500",
                   "metadata.log.max.record.bytes.between.snapshots": "4096", "metadata.max.retention.bytes": "0",
                   "metadata.log.segment.bytes": "8192"}
-if os.environ.get("KBROKER_TEST_TARGET", "kbroker") == "kafka":
+if current_target() == "kafka":
     # Kafka refuses metadata.log.segment.bytes below 8 MiB; only its internal (test) key rolls segments this small.
     # 16 KiB, not 8: Kafka's controllers stop (fatal fault) on a metadata batch larger than a segment, and fencing
     # broker 5 writes one of about 8.3 KB here

@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
+from kbroker.testing.plugin import current_target
+
 #: what a new Kafka 4.3.1 cluster has finalized (besides kraft.version, absent from ApiVersions' list at level 0)
 NEW_CLUSTER = {"metadata.version": 30, "group.version": 1, "transaction.version": 2, "share.version": 1,
                "eligible.leader.replicas.version": 1, "streams.version": 1}
 #: kbroker has neither streams groups (KIP-1071) nor eligible leader replicas (KIP-966) and finalizes neither feature
-NO_STREAMS_ELR = pytest.mark.xfail(condition=os.environ.get("KBROKER_TEST_TARGET", "kbroker") == "kbroker",
+NO_STREAMS_ELR = pytest.mark.xfail(condition=current_target() == "kbroker",
                                    strict=True, reason="kbroker: finalizes neither streams.version nor "
                                    "eligible.leader.replicas.version (no streams groups, no ELR)")
 

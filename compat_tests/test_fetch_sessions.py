@@ -4,7 +4,6 @@ over TCP, and the Java consumer (which opens sessions) reading many partitions t
 from __future__ import annotations
 
 import base64
-import os
 import urllib.request
 
 from confluent_kafka import Producer
@@ -14,7 +13,7 @@ from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import FetchRequest as Req, FetchResponse
 from kbroker.testing.cluster import ask
-from kbroker.testing.plugin import free_port
+from kbroker.testing.plugin import current_target, free_port
 
 VERSION = 12  # topic names (v13+ uses topic ids; the session rules are the same)
 
@@ -92,7 +91,7 @@ def _metric(port: int, name: str) -> float:
 
 def test_java_consumer_reads_many_partitions_through_a_session(kbroker_factory, java_driver) -> None:
     metrics_port = free_port()
-    on_kbroker = os.environ.get("KBROKER_TEST_TARGET", "kbroker") == "kbroker"
+    on_kbroker = current_target() == "kbroker"
     broker = kbroker_factory(overrides={"metrics.port": str(metrics_port), "metrics.host": "127.0.0.1"}
                              if on_kbroker else {})
     create_topic(broker.bootstrap, "wide", 40)

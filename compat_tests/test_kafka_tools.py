@@ -13,7 +13,6 @@ compared as sets. A JVM tool start costs 1-2 s: every test batches several comma
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
@@ -28,6 +27,7 @@ from compat_tests.clients import admin_client, wait_topic_ready
 from compat_tests.conftest import unique
 from kbroker.testing.cluster import KbrokerCluster
 from kbroker.testing.kafka import run_kafka_tool
+from kbroker.testing.plugin import current_target
 
 TOOLS = "org.apache.kafka.tools."
 TOPICS = TOOLS + "TopicCommand"
@@ -48,7 +48,7 @@ CONSUMER_PERF = TOOLS + "ConsumerPerformance"
 VERIFIABLE_PRODUCER = TOOLS + "VerifiableProducer"
 VERIFIABLE_CONSUMER = TOOLS + "VerifiableConsumer"
 
-ON_KBROKER = os.environ.get("KBROKER_TEST_TARGET", "kbroker") == "kbroker"
+ON_KBROKER = current_target() == "kbroker"
 COORDINATOR_NOT_READY = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                          KafkaError.COORDINATOR_NOT_AVAILABLE)
 OPEN_AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",

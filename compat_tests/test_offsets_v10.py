@@ -10,7 +10,6 @@ targets the commits and the offsets read back are.
 
 from __future__ import annotations
 
-import os
 import urllib.request
 
 import pytest
@@ -26,7 +25,7 @@ from compat_tests.test_groups import (  # noqa: F401 - group_driver is a fixture
     unique,
     wait_consumed,
 )
-from kbroker.testing.plugin import free_port
+from kbroker.testing.plugin import current_target, free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,7 +43,7 @@ def test_java_consumer_protocol_commits_and_fetches_with_v10(kbroker_factory, gr
     port = free_port()
     props = {"offsets.topic.num.partitions": "3", "group.initial.rebalance.delay.ms": "0",
              "group.consumer.heartbeat.interval.ms": "500", "group.consumer.min.heartbeat.interval.ms": "500"}
-    on_kbroker = os.environ.get("KBROKER_TEST_TARGET", "kbroker") == "kbroker"
+    on_kbroker = current_target() == "kbroker"
     if on_kbroker:  # kbroker's Prometheus endpoint counts the request versions
         props.update({"metrics.port": str(port), "metrics.host": "127.0.0.1"})
     broker = kbroker_factory(props)

@@ -13,7 +13,6 @@ and kafka-python.
 from __future__ import annotations
 
 import gzip
-import os
 import time
 
 import lz4.frame
@@ -22,6 +21,7 @@ import zstandard
 
 from compat_tests import wire
 from compat_tests.clients import ConfluentClient, KafkaPythonClient
+from kbroker.testing.plugin import current_target
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -87,7 +87,7 @@ KINDS = ["length-past-batch", "length-short", "length-long", "key-past-record", 
 
 
 def on_kbroker() -> bool:
-    return os.environ.get("KBROKER_TEST_TARGET", "kbroker") == "kbroker"
+    return current_target() == "kbroker"
 
 
 def kafka_checks(kind: str, codec: str) -> bool:

@@ -27,7 +27,6 @@ killed leader's partitions move to an in-sync follower without losing an acknowl
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import time
@@ -42,6 +41,7 @@ from kbroker.testing.cluster import KbrokerCluster, wait_until
 from kbroker.testing.fault_campaign import (FAULT_KINDS, PARTITIONS, TOPIC, Admin, Writer, create_topic, read_back,
                                             run_campaign, segment_digests, wait_identical)
 from kbroker.testing.history import History
+from kbroker.testing.plugin import current_target
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -507,7 +507,7 @@ def _acks_all_probe(cluster: KbrokerCluster, h: History, node: int, partition: i
         conn.close()
 
 
-@pytest.mark.xfail(condition=os.environ.get("KBROKER_TEST_TARGET", "kbroker") == "kbroker", strict=True,
+@pytest.mark.xfail(condition=current_target() == "kbroker", strict=True,
                    reason="kbroker: OffsetFetch waits until the pending commit is replicated and answers with it, "
                           "where Kafka answers at once from the last replicated state")
 def test_offset_fetch_answers_only_with_commits_the_replicas_hold(tmp_path):

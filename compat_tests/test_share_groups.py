@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from kbroker.testing.plugin import current_target
+
 confluent_kafka = pytest.importorskip("confluent_kafka")
 if not hasattr(confluent_kafka, "ShareConsumer"):
     pytest.skip("confluent-kafka without ShareConsumer", allow_module_level=True)
@@ -749,7 +751,7 @@ def test_share_group_offset_apis_reach_state_kept_by_another_node(tmp_path):
                 c.close()
 
 
-@pytest.mark.xfail(condition=os.environ.get("KBROKER_TEST_TARGET", "kbroker") == "kbroker", strict=True,
+@pytest.mark.xfail(condition=current_target() == "kbroker", strict=True,
                    reason="kbroker: InitializeShareGroupState accepts an unknown topic id (Kafka: "
                           "UNKNOWN_TOPIC_OR_PARTITION); a write with an older leader epoch is fenced (Kafka accepts "
                           "it; it fences a read older than the last read); ReadShareGroupStateSummary counts delivery-complete records (Kafka "

@@ -624,10 +624,16 @@ def bootstrap_servers(kafka_broker: Any) -> str:
     return kafka_broker.bootstrap
 
 
+def current_target() -> str:
+    """The selected target once the plugin is configured (it puts it into ``KBROKER_TEST_TARGET``), for test modules
+    deciding at import, e.g. ``pytest.mark.xfail(current_target() == "kbroker", strict=True, reason=...)``."""
+    return os.environ.get("KBROKER_TEST_TARGET") or "kbroker"
+
+
 def process_class(target: str | None = None) -> type[KbrokerProcess]:
-    """The node class of ``target`` (default: ``KBROKER_TEST_TARGET``): :class:`KbrokerProcess`, or
+    """The node class of ``target`` (default: :func:`current_target`): :class:`KbrokerProcess`, or
     :class:`~kbroker.testing.kafka.KafkaProcess` for ``kafka``."""
-    target = target or os.environ.get("KBROKER_TEST_TARGET") or "kbroker"
+    target = target or current_target()
     if target == "kafka":
         from kbroker.testing.kafka import KafkaProcess  # noqa: PLC0415 (the plugin does not need it otherwise)
 

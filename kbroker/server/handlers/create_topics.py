@@ -88,18 +88,13 @@ async def create_in_slices(ctx, specs, validate_only: bool) -> dict:
     if refusal is not None:
         return {spec.name: CreateTopicResult(spec.name, ErrorCode.POLICY_VIOLATION, refusal) for spec in specs}
 
-    used = 0
     batch: list = []
     batch_partitions = 0
     for spec in specs:
         n = partitions_of(spec)
-        if n > MAX_PARTITIONS_PER_REQUEST - used:
-            results[spec.name] = CreateTopicResult(spec.name, ErrorCode.POLICY_VIOLATION, EXCESSIVE_BATCH_MESSAGE)
-            continue
         if not validate_only and (why := fd_shortage(n)):
             results[spec.name] = CreateTopicResult(spec.name, ErrorCode.KAFKA_STORAGE_ERROR, why)
             continue
-        used += n
         if batch and batch_partitions + n > SLICE_PARTITIONS:
             create(batch)
             batch, batch_partitions = [], 0
