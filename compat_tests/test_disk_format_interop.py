@@ -75,23 +75,30 @@ def _quiet(conf: dict[str, Any]) -> dict[str, Any]:
 def produce_workload(bootstrap: str) -> None:
     for name, configs in TOPICS.items():
         create_topic(bootstrap, name, 1, configs)
-    plain = Producer(_quiet({"bootstrap.servers": bootstrap, "enable.idempotence": False, "acks": "all",
-                             "linger.ms": 5}))
+    # A long linger and an explicit flush make the batch layout the workload's, not the machine's: flush()
+    # sends what is queued at once, and topics are known before the first record (librdkafka moves records
+    # queued before metadata one by one, and past their linger each left alone would be a batch of its own).
+    lingering = {"bootstrap.servers": bootstrap, "linger.ms": 5000}
+    plain = Producer(_quiet({**lingering, "enable.idempotence": False, "acks": "all"}))
+    plain.list_topics(timeout=10)
     for i, v in enumerate(PLAIN):
         plain.produce("plain", key=f"k{i}".encode(), value=v.encode(), headers=[("h", b"v")])
         if i % 5 == 4:
             plain.flush(10)
     for codec in CODECS:
-        p = Producer(_quiet({"bootstrap.servers": bootstrap, "compression.type": codec, "linger.ms": 50}))
+        p = Producer(_quiet({**lingering, "compression.type": codec}))
+        p.list_topics(timeout=10)
         for v in COMP:
             if v.startswith(codec):
                 p.produce("comp", value=v.encode())
         assert p.flush(10) == 0
-    idem = Producer(_quiet({"bootstrap.servers": bootstrap, "enable.idempotence": True}))
+    idem = Producer(_quiet({**lingering, "enable.idempotence": True}))
+    idem.list_topics(timeout=10)
     for v in IDEM:
         idem.produce("idem", value=v.encode())
     assert idem.flush(10) == 0
-    txn = Producer(_quiet({"bootstrap.servers": bootstrap, "transactional.id": "tx-1"}))
+    txn = Producer(_quiet({**lingering, "transactional.id": "tx-1"}))
+    txn.list_topics(timeout=10)
     txn.init_transactions(30)
     for values, commit in (([v for o, v in TXN_COMMITTED[:3]], True), (["aborted-0", "aborted-1"], False),
                            (["committed-3"], True)):
