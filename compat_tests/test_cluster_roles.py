@@ -464,3 +464,91 @@ def test_dev_cluster_command(tmp_path):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(10)
+
+
+def test_dev_cluster_survives_a_dead_node_and_is_driven_from_the_shell(tmp_path):
+    """``kbroker-dev-cluster --controllers 3`` (three combined nodes): internal topics get replication factor 3 and
+    min.insync.replicas 2; a node killed behind its back is reported once and the others keep serving acks=all
+    writes; ``kbroker-dev-cluster stop|start|kill|status NODE --dir DIR`` act on one node through the control
+    socket, and a node started again rejoins."""
+    import os
+    import signal
+
+    cmd = [sys.executable, "-m", "kbroker.testing.cluster"]
+    proc = subprocess.Popen([*cmd, "--controllers", "3", "--dir", str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+
+    def reader() -> None:
+        for line in proc.stdout:
+            lines.append(line.strip())
+
+    def ctl(*args: str) -> str:
+        out = subprocess.run([*cmd, *args, "--dir", str(tmp_path)], capture_output=True, text=True, timeout=200)
+        assert out.returncode == 0, (args, out.stdout, out.stderr)
+        return out.stdout
+
+    threading.Thread(target=reader, daemon=True).start()
+    try:
+        deadline = time.monotonic() + 150
+        while "ready" not in lines and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert "ready" in lines, lines
+        bootstrap = next(x for x in lines if x.startswith("bootstrap.servers=")).split("=", 1)[1]
+        pids = {int(x.split()[1]): int(x.split(" pid ")[1].split()[0]) for x in lines if x.startswith("node ")}
+        assert sorted(pids) == [1, 2, 3]
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        create(admin, "dev3", 3, 3)
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "dev3-g", "auto.offset.reset": "earliest",
+                             "enable.auto.commit": False})
+        consumer.subscribe(["dev3"])
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+
+        def produce(start: int) -> None:
+            for i in range(start, start + 30):
+                producer.produce("dev3", value=str(i).encode(), partition=i % 3)
+            assert producer.flush(60) == 0
+
+        def consume(want: set[int], got: set[int]) -> None:
+            deadline = time.monotonic() + 90
+            while not want <= got and time.monotonic() < deadline:
+                m = consumer.poll(0.5)
+                if m is not None and not m.error():
+                    got.add(int(m.value()))
+                    consumer.commit(m, asynchronous=False)
+            assert want <= got
+
+        got: set[int] = set()
+        produce(0)
+        consume(set(range(30)), got)
+        offsets = admin.list_topics("__consumer_offsets", timeout=10).topics["__consumer_offsets"]
+        assert {len(p.replicas) for p in offsets.partitions.values()} == {3}
+        # a node killed behind the dev cluster's back: reported once, the others serve acks=all (min.insync 2)
+        os.kill(pids[3], signal.SIGKILL)
+        wait_until(lambda: any(x.startswith("node 3 exited") for x in lines), 30, "the dead node reported")
+        assert proc.poll() is None
+        produce(30)
+        consume(set(range(60)), got)
+        assert "node 3" in ctl("status") and "down" in ctl("status")
+        ctl("start", "3")
+        # stopped from the shell: not reported as a failure; killed from the shell; started again
+        ctl("stop", "2")
+        produce(60)
+        ctl("start", "2")
+        ctl("kill", "1")
+        produce(90)
+        ctl("start", "1")
+        consume(set(range(120)), got)
+        assert sum(x.startswith("node ") and "exited" in x for x in lines) == 1, lines
+        assert ctl("status").count("running") == 3
+        consumer.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)

@@ -36,6 +36,7 @@ import os
 import signal
 import socket
 import struct
+import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -495,17 +496,173 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     return buf
 
 
+#: what ``kbroker-dev-cluster ACTION NODE --dir DIR`` can do to one node of a running dev cluster
+NODE_ACTIONS = ("kill", "stop", "start", "restart", "pause", "resume")
+CONTROL_SOCKET = "control.sock"
+
+
+def dev_cluster_defaults(brokers: int) -> dict[str, str]:
+    """The properties ``kbroker-dev-cluster`` gives every node unless ``--override`` says otherwise: internal
+    topics (``__consumer_offsets``, ``__transaction_state``, ``__share_group_state``) replicated to min(3, brokers)
+    nodes, and from 3 brokers on ``min.insync.replicas`` 2 and ``default.replication.factor`` 3, as a production
+    cluster is set up (so acks=all survives one node down and a killed node loses nothing acknowledged)."""
+    rf = str(min(3, max(1, brokers)))
+    out = {"offsets.topic.replication.factor": rf, "transaction.state.log.replication.factor": rf,
+           "share.coordinator.state.topic.replication.factor": rf}
+    isr = "2" if brokers >= 3 else "1"
+    out.update({"transaction.state.log.min.isr": isr, "share.coordinator.state.topic.min.isr": isr,
+                "min.insync.replicas": isr})
+    if brokers >= 3:
+        out["default.replication.factor"] = "3"
+    return out
+
+
+def _control_client(action: str, node: int | None, root: str) -> int:
+    """Send one line to a running ``kbroker-dev-cluster``'s control socket (``<dir>/control.sock``) and print
+    its answer; 0 when it says ``ok``."""
+    path = Path(root) / CONTROL_SOCKET
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(180)
+            sock.connect(str(path))
+            sock.sendall(f"{action} {'' if node is None else node}\n".encode())
+            answer = b""
+            while not answer.endswith(b"\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+    except OSError as exc:
+        print(f"kbroker-dev-cluster: no dev cluster answers at {path} ({exc})", file=sys.stderr)
+        return 1
+    text = answer.decode().rstrip("\n")
+    print(text.replace("\t", "\n"))
+    return 0 if text.startswith("ok") else 1
+
+
+class _DevControl:
+    """The running dev cluster's side of the control socket: one request line per connection, ``ACTION NODE``
+    (:data:`NODE_ACTIONS`) or ``status``; answers one line, ``ok ...`` or ``error ...`` (lines of a status are
+    joined with tabs). Node actions run one at a time."""
+
+    def __init__(self, cluster: KbrokerCluster, path: Path) -> None:
+        import threading
+
+        self.cluster = cluster
+        self.path = path
+        self.lock = threading.Lock()
+        #: nodes stopped, killed or paused on request: their exit is not reported as a failure
+        self.expected_down: set[int] = set()
+        path.unlink(missing_ok=True)
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(path))
+        self.server.listen(8)
+        self.server.settimeout(0.5)
+        self.closed = False
+        self.thread = threading.Thread(target=self._serve, name="dev-cluster-control", daemon=True)
+        self.thread.start()
+
+    def status(self) -> list[str]:
+        out = []
+        for i, n in self.cluster.nodes.items():
+            state = "running" if n.is_running() else f"down (exit code {n.proc.returncode if n.proc else None})"
+            out.append(f"node {i} {n.bootstrap} {state}")
+        return out
+
+    def handle(self, line: str) -> str:
+        parts = line.split()
+        if parts == ["status"]:
+            return "ok\t" + "\t".join(self.status())
+        if len(parts) != 2 or parts[0] not in NODE_ACTIONS or not parts[1].isdigit():
+            return f"error: want 'status' or one of {', '.join(NODE_ACTIONS)} and a node id, got {line!r}"
+        action, node = parts[0], int(parts[1])
+        if node not in self.cluster.nodes:
+            return f"error: no node {node} (nodes {sorted(self.cluster.nodes)})"
+        n = self.cluster.nodes[node]
+        with self.lock:
+            try:
+                if action in ("start", "restart", "resume"):
+                    if action == "start" and n.is_running():
+                        return f"error: node {node} is running"
+                    if action == "resume":
+                        self.cluster.resume(node)
+                    elif action == "restart":
+                        self.cluster.restart(node)
+                    else:
+                        n.start()
+                    self.expected_down.discard(node)
+                    done = {"start": "started", "restart": "restarted", "resume": "resumed"}[action]
+                    return f"ok: node {node} {done}, pid {n.pid}"
+                if not n.is_running():
+                    return f"error: node {node} is not running"
+                self.expected_down.add(node)
+                if action == "kill":
+                    return f"ok: node {node} killed (exit code {n.kill()})"
+                if action == "stop":
+                    return f"ok: node {node} stopped (exit code {n.stop()})"
+                self.cluster.pause(node)
+                return f"ok: node {node} paused (SIGSTOP)"
+            except Exception as exc:  # noqa: BLE001 - answered to the operator, the cluster keeps running
+                return f"error: {action} {node}: {exc}"
+
+    def _serve(self) -> None:
+        while not self.closed:
+            try:
+                conn, _ = self.server.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with conn:
+                try:
+                    conn.settimeout(10)
+                    data = b""
+                    while not data.endswith(b"\n") and len(data) < 1024:
+                        chunk = conn.recv(1024)
+                        if not chunk:
+                            break
+                        data += chunk
+                    answer = self.handle(data.decode(errors="replace").strip())
+                    print(f"control: {data.decode(errors='replace').strip()} -> {answer.split(chr(9))[0]}",
+                          flush=True)
+                    conn.sendall(answer.encode() + b"\n")
+                except OSError:
+                    continue
+
+    def close(self) -> None:
+        self.closed = True
+        self.server.close()
+        self.thread.join(5)
+        self.path.unlink(missing_ok=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """``kbroker-dev-cluster``: start a cluster on this machine's loopback for development and tests of one's own
     code, print how to reach it, and run until Ctrl-C / SIGTERM (then stop every node cleanly)::
 
         kbroker-dev-cluster --controllers 3 --brokers 3 [--dir DIR] [--link-proxies] [--override k=v ...]
+        kbroker-dev-cluster {kill,stop,start,restart,pause,resume} NODE --dir DIR
+        kbroker-dev-cluster status --dir DIR
 
     With ``--brokers 0`` the controllers are combined broker+controller nodes. Prints one ``node`` line per
-    process (id, roles, address, pid, data directory), then ``bootstrap.servers=...`` and ``ready``.
+    process (id, roles, address, pid, data directory), then ``bootstrap.servers=...`` and ``ready``. A node that
+    exits is reported once (``node N exited ...``) and the others keep serving. The second form acts on one node
+    of a running dev cluster through its control socket (``DIR/control.sock``): ``kill`` (SIGKILL), ``stop``
+    (SIGTERM, a controlled shutdown), ``start`` / ``restart`` (same port and data), ``pause`` / ``resume``
+    (SIGSTOP / SIGCONT). Internal topics are replicated as :func:`dev_cluster_defaults` says.
     """
     import argparse
     import tempfile
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in (*NODE_ACTIONS, "status"):
+        cp = argparse.ArgumentParser(prog=f"kbroker-dev-cluster {argv[0]}",
+                                     description="act on one node of a running kbroker-dev-cluster")
+        if argv[0] != "status":
+            cp.add_argument("node", type=int, help="the node id (as in the 'node' lines)")
+        cp.add_argument("--dir", required=True, help="the running cluster's --dir (printed as 'dir' at start)")
+        cargs = cp.parse_args(argv[1:])
+        return _control_client(argv[0], getattr(cargs, "node", None), cargs.dir)
 
     ap = argparse.ArgumentParser(prog="kbroker-dev-cluster", description=main.__doc__.splitlines()[0])
     ap.add_argument("--controllers", type=int, default=3, help="voters of the metadata quorum (default 3)")
@@ -522,7 +679,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.controllers < 1 or args.brokers < 0:
         ap.error("--controllers must be at least 1 and --brokers at least 0")
-    overrides = {}
+    overrides = dev_cluster_defaults(args.brokers or args.controllers)
     for kv in args.override:
         key, sep, value = kv.partition("=")
         if not sep:
@@ -542,6 +699,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     cluster = KbrokerCluster(root, nodes=args.controllers, brokers=args.brokers, overrides=overrides,
                              start_timeout=args.start_timeout, link_proxies=args.link_proxies)
+    control: _DevControl | None = None
     try:
         cluster.start()
         for i, n in cluster.nodes.items():
@@ -550,14 +708,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"node {i} {roles} {n.bootstrap} pid {n.pid} dir {n.data_dir}", flush=True)
         print(f"cluster.id={cluster.cluster_id}", flush=True)
         print(f"bootstrap.servers={cluster.bootstrap}", flush=True)
+        control = _DevControl(cluster, Path(root) / CONTROL_SOCKET)
+        print(f"control: kbroker-dev-cluster {{{','.join(NODE_ACTIONS)}}} NODE --dir {root}", flush=True)
         print("ready", flush=True)
+        reported: set[int] = set()
         while not stop["now"]:
             time.sleep(0.2)
-            dead = [i for i, n in cluster.nodes.items() if not n.is_running()]
-            if dead:
-                print(f"node(s) {dead} exited; stopping the cluster", flush=True)
-                break
+            with control.lock:
+                for i, n in cluster.nodes.items():
+                    if n.is_running():
+                        reported.discard(i)
+                    elif i not in reported:
+                        reported.add(i)
+                        if i not in control.expected_down:
+                            code = n.proc.returncode if n.proc else None
+                            print(f"node {i} exited (exit code {code}); the other nodes keep serving "
+                                  f"(kbroker-dev-cluster start {i} --dir {root} starts it again)", flush=True)
     finally:
+        if control is not None:
+            control.close()
         cluster.stop()
         if tmp is not None:
             tmp.cleanup()
@@ -566,6 +735,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main())
