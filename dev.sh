@@ -4,7 +4,7 @@
 #   ./dev.sh test     run every test (unit, property, and the real-client compat suite on kbroker, then the
 #                     reference slice on Apache Kafka 4.3.1); with arguments: pytest with those arguments only
 #   ./dev.sh kafka    start the reference Apache Kafka 4.3.1 (one KRaft node on a free port, printed)
-#   ./dev.sh bench    run the benchmarks in bench/
+#   ./dev.sh bench    run the benchmarks in bench/ (--against kafka [--against tansu]: side by side, bench/versus.py)
 #   ./dev.sh profile  profile the broker under one of bench/request_cost.py's cases (py-spy, flame graph)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -69,6 +69,14 @@ case "$cmd" in
     ;;
   bench)
     setup_python test,bench
+    # --against kafka / tansu: one node of each side by side (bench/versus.py; the load from Kafka's own perf
+    # tools and from confluent-kafka, each in processes of its own); otherwise kbroker alone (bench/run.py)
+    if [[ " $* " == *" --against "* ]]; then
+      command -v javac >/dev/null || need_apt openjdk-17-jdk-headless
+      command -v mvn >/dev/null || need_apt maven
+      bash scripts/fetch_jars.sh kafka
+      exec "$PY" bench/versus.py "$@"
+    fi
     exec "$PY" bench/run.py "$@"
     ;;
   profile)

@@ -104,7 +104,7 @@ def _many_client(bootstrap: str, producers: int, rate: float, start: float, end:
                 acked[i] += 1
                 latencies[i].append(msg.latency() * 1000)
 
-        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1,
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1, "log_level": 3,
                       "queue.buffering.max.messages": 20000, "statistics.interval.ms": 200, "stats_cb": stats})
         interval = 1.0 / rate if rate else 0.0
         nxt = time.monotonic()
