@@ -732,12 +732,22 @@ class AioKafkaClient(Client):
 
 JAVA_DIR = Path(__file__).resolve().parent / "java"
 DRIVER_SOURCE = JAVA_DIR / "KafkaDriver.java"
-CLASSES_DIR = JAVA_DIR / "classes"
 REPO_ROOT = Path(__file__).resolve().parents[1]
-JARS_DIR = Path(os.environ.get("KBROKER_JARS_DIR", REPO_ROOT / ".cache" / "jars"))
-# resolved by scripts/fetch_jars.sh (profile clients of java/pom.xml); jackson is the client's OAUTHBEARER
+#: The kafka-clients versions the Java drivers can run with: version -> (profile of java/pom.xml that
+#: scripts/fetch_jars.sh resolves, its directory under .cache/). ``KBROKER_JAVA_CLIENT`` picks one for the whole
+#: run (default 4.3.1, the reference release); e.g. ``KBROKER_JAVA_CLIENT=4.4.0 pytest compat_tests -k java``.
+JAVA_CLIENTS = {"4.3.1": ("clients", "jars"), "4.4.0": ("clients44", "jars-4.4")}
+JAVA_CLIENT_VERSION = os.environ.get("KBROKER_JAVA_CLIENT", "4.3.1")
+if JAVA_CLIENT_VERSION not in JAVA_CLIENTS:
+    raise ValueError(f"KBROKER_JAVA_CLIENT={JAVA_CLIENT_VERSION}: not one of {', '.join(JAVA_CLIENTS)}")
+JAVA_CLIENT_PROFILE = JAVA_CLIENTS[JAVA_CLIENT_VERSION][0]
+# the drivers compiled against each client version apart (the default's in classes/ itself)
+CLASSES_DIR = JAVA_DIR / "classes" if JAVA_CLIENT_VERSION == "4.3.1" else \
+    JAVA_DIR / "classes" / f"kafka-clients-{JAVA_CLIENT_VERSION}"
+JARS_DIR = Path(os.environ.get("KBROKER_JARS_DIR", REPO_ROOT / ".cache" / JAVA_CLIENTS[JAVA_CLIENT_VERSION][1]))
+# resolved by scripts/fetch_jars.sh (that profile of java/pom.xml); jackson is the client's OAUTHBEARER
 # login (its unsecured tokens are JSON)
-REQUIRED_JARS = ("kafka-clients-4.3.1.jar", "jackson-databind-2.21.2.jar", ".resolved")
+REQUIRED_JARS = (f"kafka-clients-{JAVA_CLIENT_VERSION}.jar", "jackson-databind-2.21.2.jar", ".resolved")
 
 
 class JavaDriverError(AssertionError):
@@ -745,7 +755,8 @@ class JavaDriverError(AssertionError):
 
 
 class JavaDriver:
-    """Runs compat_tests/java/KafkaDriver.java (compiled) with kafka-clients 4.3.1."""
+    """Runs compat_tests/java/KafkaDriver.java (compiled) with kafka-clients 4.3.1 (or the version
+    ``KBROKER_JAVA_CLIENT`` names, :data:`JAVA_CLIENTS`)."""
 
     def __init__(self, java: str, classpath: str) -> None:
         self.java = java

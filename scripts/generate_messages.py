@@ -3,13 +3,15 @@
 
 Usage::
 
-    python scripts/generate_messages.py [--specs ../shared/kafka-protocol] [--out kbroker/protocol] [--check]
+    python scripts/generate_messages.py [--specs specs/kafka-4.4.0] [--out kbroker/protocol] [--check]
 
 Reads ``message-specs``, ``metadata-specs``, ``coordinator-specs`` and ``storage-specs`` and writes one
 module per spec into ``messages/``, ``metadata_records/``, ``coordinator_records/`` and
 ``storage_records/`` under ``--out``, plus ``api_keys.py``. Only facts are carried over (names, types,
 versions, defaults, tags); the specs' prose ("about") is not. ``--check`` writes nothing and exits 1
-when the committed files differ from what would be generated.
+when the committed files differ from what would be generated. The default specs are Apache Kafka 4.4.0's,
+copied into the repository (specs/kafka-4.4.0/SOURCE.txt says from where); ../shared/kafka-protocol holds
+4.3.1's.
 """
 
 from __future__ import annotations
@@ -297,18 +299,22 @@ def generate(specs_dir: Path, kafka_version: str) -> dict[str, str]:
 
 
 def kafka_version_of(specs_dir: Path) -> str:
-    readme = specs_dir / "README.md"
-    if readme.exists():
-        m = re.search(r"Apache Kafka (\d+\.\d+\.\d+)", readme.read_text())
-        if m:
-            return m.group(1)
+    """The Kafka release of ``specs_dir``: "Apache Kafka X.Y.Z" in its README.md, else "Release: X.Y.Z" in
+    its SOURCE.txt."""
+    for name, pattern in (("README.md", r"Apache Kafka (\d+\.\d+\.\d+)"),
+                          ("SOURCE.txt", r"^Release:\s+(\d+\.\d+\.\d+)")):
+        path = specs_dir / name
+        if path.exists():
+            m = re.search(pattern, path.read_text(), re.MULTILINE)
+            if m:
+                return m.group(1)
     return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
     root = Path(__file__).resolve().parent.parent
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--specs", type=Path, default=root.parent / "shared" / "kafka-protocol")
+    ap.add_argument("--specs", type=Path, default=root / "specs" / "kafka-4.4.0")
     ap.add_argument("--out", type=Path, default=root / "kbroker" / "protocol")
     ap.add_argument("--check", action="store_true", help="exit 1 if committed files differ")
     args = ap.parse_args(argv)

@@ -101,8 +101,6 @@ import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
-import org.apache.kafka.common.utils.BufferSupplier;
-import org.apache.kafka.common.utils.ByteBufferOutputStream;
 
 public final class KafkaDriver {
 
@@ -746,15 +744,22 @@ public final class KafkaDriver {
             Map<String, Object> o = obj("event", "selftest", "codec", codec);
             try {
                 Compression comp = Compression.of(codec).build();
-                ByteBufferOutputStream bos = new ByteBufferOutputStream(1024);
-                try (OutputStream os = comp.wrapForOutput(bos, (byte) 2)) {
+                // the client's own buffer classes, found by reflection: kafka-clients 4.4 moved them from
+                // common.utils to common.utils.internals, and this driver runs with 4.3.1 and 4.4.0
+                Class<?> bosClass = clientUtilsClass("ByteBufferOutputStream");
+                Class<?> supplierClass = clientUtilsClass("BufferSupplier");
+                Object bos = bosClass.getConstructor(int.class).newInstance(1024);
+                try (OutputStream os = (OutputStream) Compression.class.getMethod("wrapForOutput", bosClass, byte.class)
+                        .invoke(comp, bos, (byte) 2)) {
                     os.write(data);
                 }
-                ByteBuffer compressed = bos.buffer();
+                ByteBuffer compressed = (ByteBuffer) bosClass.getMethod("buffer").invoke(bos);
                 compressed.flip();
                 int compressedSize = compressed.remaining();
                 ByteArrayOutputStream back = new ByteArrayOutputStream();
-                try (InputStream is = comp.wrapForInput(compressed, (byte) 2, BufferSupplier.create())) {
+                Object supplier = supplierClass.getMethod("create").invoke(null);
+                try (InputStream is = (InputStream) Compression.class.getMethod("wrapForInput", ByteBuffer.class,
+                        byte.class, supplierClass).invoke(comp, compressed, (byte) 2, supplier)) {
                     byte[] buf = new byte[8192];
                     int r;
                     while ((r = is.read(buf)) > 0) back.write(buf, 0, r);
@@ -772,8 +777,17 @@ public final class KafkaDriver {
             emit(o);
         }
         emit(obj("event", "done", "ok", allOk, "java_version", System.getProperty("java.version"),
-                "client_version", org.apache.kafka.common.utils.AppInfoParser.getVersion()));
+                "client_version", clientUtilsClass("AppInfoParser").getMethod("getVersion").invoke(null)));
         return allOk ? 0 : 1;
+    }
+
+    /** A class of kafka-clients' org.apache.kafka.common.utils (up to 4.3) or common.utils.internals (4.4). */
+    static Class<?> clientUtilsClass(String simpleName) throws ClassNotFoundException {
+        try {
+            return Class.forName("org.apache.kafka.common.utils." + simpleName);
+        } catch (ClassNotFoundException e) {
+            return Class.forName("org.apache.kafka.common.utils.internals." + simpleName);
+        }
     }
 
     // ------------------------------------------------------------------ helpers

@@ -65,6 +65,10 @@ _I16 = struct.Struct(">h")
 
 #: Bytes read per step while loading a shard (the loader yields to the event loop between steps).
 LOAD_CHUNK_BYTES = 1 << 20
+#: A failed append is logged (WARNING) at most once per this long for each partition and error; the failures in
+#: between are counted and reported with the next line (e.g. ``__consumer_offsets`` below ``min.insync.replicas``
+#: fails every write until the replicas return).
+APPEND_FAILURE_LOG_INTERVAL_MS = 10_000
 
 
 def _now_ms() -> int:
@@ -402,6 +406,8 @@ class CoordinatorRuntime(Generic[S]):
         self.serde = serde
         self.name = name
         self.contexts: dict[int, ShardContext[S]] = {}
+        #: (partition, append error) -> [when the next failure may be logged (ms), failures not logged since]
+        self._append_failures: dict[tuple[int, int], list[int]] = {}
 
     # ---- shard life cycle
     def partitions(self) -> list[int]:
@@ -528,16 +534,41 @@ class CoordinatorRuntime(Generic[S]):
                 first = self.writer.append(ctx.partition, data)
             except KafkaError as exc:
                 err = CoordinatorWriteError(exc.code, exc.message)
-                log.warning("%s: append to partition %d failed with %s", self.name, ctx.partition,
-                            ErrorCode(exc.code).name)
+                self._log_append_failure(ctx.partition, exc.code)
                 if result.on_complete is not None:
                     result.on_complete(err.code)
                 raise err from None
+            self._append_succeeded(ctx.partition)
             for i, record in enumerate(result.records):
                 ctx.shard.replay(first + i, result.producer_id, result.producer_epoch if transactional else -1,
                                  record)
         if result.on_complete is not None:
             result.on_complete(ErrorCode.NONE)
+
+    def _log_append_failure(self, partition: int, code: int) -> None:
+        """WARNING for a failed append, at most once per :data:`APPEND_FAILURE_LOG_INTERVAL_MS` per partition and
+        error; the failures in between are counted in the next line."""
+        now = self.scheduler.now_ms()
+        entry = self._append_failures.get((partition, code))
+        if entry is not None and now < entry[0]:
+            entry[1] += 1
+            return
+        suppressed = entry[1] if entry is not None else 0
+        self._append_failures[(partition, code)] = [now + APPEND_FAILURE_LOG_INTERVAL_MS, 0]
+        if suppressed:
+            log.warning("%s: append to partition %d failed with %s (and %d more times in the last %d s)", self.name,
+                        partition, ErrorCode(code).name, suppressed, APPEND_FAILURE_LOG_INTERVAL_MS // 1000)
+        else:
+            log.warning("%s: append to partition %d failed with %s", self.name, partition, ErrorCode(code).name)
+
+    def _append_succeeded(self, partition: int) -> None:
+        if not self._append_failures:
+            return
+        for key in [k for k in self._append_failures if k[0] == partition]:
+            suppressed = self._append_failures.pop(key)[1]
+            if suppressed:
+                log.info("%s: appends to partition %d succeed again (%d more failures with %s were not logged)",
+                         self.name, partition, suppressed, ErrorCode(key[1]).name)
 
     def write_marker(self, partition: int, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                      committed: bool) -> None:
@@ -561,6 +592,8 @@ class CoordinatorRuntime(Generic[S]):
             return
         try:
             self._apply(ctx, op())
+        except CoordinatorWriteError as exc:  # the append failure itself is logged (rate-limited) by _apply
+            log.debug("%s: timer %s on partition %d failed: %s", self.name, key, partition, ErrorCode(exc.code).name)
         except KafkaError as exc:
             log.warning("%s: timer %s on partition %d failed: %s", self.name, key, partition,
                         ErrorCode(exc.code).name)

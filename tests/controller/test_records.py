@@ -25,6 +25,7 @@ _EXPECTED_TYPES = {
     20: "NoOpRecord", 21: "ZkMigrationStateRecord", 22: "RemoveUserScramCredentialRecord",
     23: "BeginTransactionRecord", 24: "EndTransactionRecord", 25: "AbortTransactionRecord",
     26: "RemoveDelegationTokenRecord", 27: "RegisterControllerRecord", 28: "ClearElrRecord",
+    29: "UnregisterControllerRecord",  # Kafka 4.4
 }
 
 

@@ -226,6 +226,30 @@ def test_first_member_joins_and_gets_every_partition():
     assert r2.error_code == 0 and r2.assignment is None
 
 
+def test_a_join_that_cannot_be_stored_changes_and_logs_nothing(caplog):
+    """__consumer_offsets below min.insync.replicas (issue 33): every join attempt fails with
+    COORDINATOR_NOT_AVAILABLE, the group epoch does not move, and the join is logged only once it is stored."""
+    from kbroker.coordinator.runtime import CoordinatorWriteError
+
+    h = CGHarness()
+    h.writer.fail_with = ErrorCode.NOT_ENOUGH_REPLICAS
+    caplog.set_level("INFO", logger="kbroker.coordinator")
+    for _ in range(20):
+        with pytest.raises(CoordinatorWriteError) as exc:
+            h.hb("g", "m1", 0, topics=["t1"])
+        assert exc.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        h.advance(100)
+    assert "g" not in h.shard.consumer_groups
+    lines = [r.getMessage() for r in caplog.records if r.name.endswith("consumer_ops")]
+    assert lines == []
+    h.writer.fail_with = None
+    r = h.hb("g", "m1", 0, topics=["t1"])
+    assert (r.error_code, r.member_epoch) == (0, 1)
+    lines = [r.getMessage() for r in caplog.records if r.name.endswith("consumer_ops")]
+    assert lines == ["group g: member m1 joins (consumer protocol)", "group g: group epoch 1",
+                     "group g: target assignment for epoch 1 computed with the uniform assignor"], lines
+
+
 def test_second_member_gets_partitions_only_after_the_first_revoked_them():
     h = CGHarness()
     a = h.hb("g", "a", 0, topics=["t1"])
@@ -387,8 +411,9 @@ def test_offset_commit_and_fetch_check_member_epochs():
     assert shard.validate_offset_fetch_member("g", None, -1) == 0
     # TxnOffsetCommit (sendOffsetsToTransaction with the consumer's group metadata)
     assert shard.validate_consumer_group_commit(h.cg("g"), 3, "a", 1, transactional=True) == 0
+    # (the TxnOffsetCommit handler reports it as ILLEGAL_GENERATION below v6, KIP-1319)
     assert shard.validate_consumer_group_commit(h.cg("g"), 3, "a", 0, transactional=True) == \
-        ErrorCode.ILLEGAL_GENERATION
+        ErrorCode.STALE_MEMBER_EPOCH
     h.hb("g", "a", a.member_epoch and -1)
     assert h.commit("g", {("t1", 0): 7}) == {("t1", 0): 0}
     assert h.fetch("g", [("t1", [0])])[("t1", 0)][0] == 7

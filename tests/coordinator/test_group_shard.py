@@ -9,7 +9,10 @@ from kbroker.coordinator.group.shard import OFFSETS_EXPIRATION_KEY
 from kbroker.protocol import codec
 from kbroker.protocol.errors import ErrorCode as E
 from kbroker.protocol.messages.consumer_protocol_subscription import ConsumerProtocolSubscription
-from tests.coordinator.support import Harness
+from kbroker.coordinator.group.shard import RequestMeta
+from kbroker.coordinator.runtime import CoordinatorWriteError
+from kbroker.protocol.messages import SyncGroupRequest
+from tests.coordinator.support import Harness, Parked
 
 
 def subscription(*topics: str) -> bytes:
@@ -167,6 +170,40 @@ def test_failed_assignment_write_propagates_the_error_and_rebalances():
     h.writer.fail_with = None
     h.advance(0)
     assert h.group("g").state is S.PREPARING_REBALANCE
+
+
+def test_assignment_that_cannot_be_stored_waits_for_the_members_to_rejoin(caplog):
+    """__consumer_offsets below min.insync.replicas (issue 33): the leader's SyncGroup gets
+    COORDINATOR_NOT_AVAILABLE (Kafka's mapping of NOT_ENOUGH_REPLICAS) and the group goes back to
+    PreparingRebalance; no generation starts until the member joins again, one per JoinGroup; the failed appends
+    are logged once, not once each; once the replicas are back the group gets Stable."""
+    h = Harness()
+    [member] = h.stable_group("g", 1)
+    g = h.group("g")
+    h.writer.fail_with = E.NOT_ENOUGH_REPLICAS
+    caplog.set_level("INFO", logger="kbroker.coordinator")
+    for i in range(30):
+        join = h.join("g", member, client_id="c0").response  # the leader rejoins: a new generation at once
+        assert (join.error_code, join.generation_id) == (E.NONE, 2 + i)
+        box = Parked()
+        request = SyncGroupRequest(group_id="g", generation_id=join.generation_id, member_id=member,
+                                   assignments=[SyncGroupRequest.SyncGroupRequestAssignment(member_id=member,
+                                                                                            assignment=b"a")])
+        with pytest.raises(CoordinatorWriteError):
+            h.runtime.write(0, lambda s: s.sync_group(RequestMeta(5), request, box))
+        assert box.response.error_code == E.COORDINATOR_NOT_AVAILABLE
+        assert g.state is S.PREPARING_REBALANCE
+        h.advance(5000 if i == 0 else 100)  # nobody asks: nothing happens (the session timer waits for the member)
+        assert (g.state, g.generation_id) == (S.PREPARING_REBALANCE, 2 + i)
+        assert h.heartbeat("g", member, g.generation_id) == E.REBALANCE_IN_PROGRESS
+    warnings = [r for r in caplog.records if "append to partition" in r.getMessage()]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]  # 30 failures within 10 s: one line
+    h.writer.fail_with = None
+    join = h.join("g", member, client_id="c0").response
+    assert join.generation_id == 32
+    assert h.sync("g", member, 32, {member: b"a"}).response.error_code == E.NONE
+    assert g.state is S.STABLE and g.members[member].assignment == b"a"
+    assert any("succeed again" in r.getMessage() for r in caplog.records)
 
 
 # ---------------------------------------------------------------------------------------------- liveness

@@ -130,6 +130,17 @@ def _assignment(partitions: Partitions) -> Resp.Assignment:
                                              for tid, ps in sorted(partitions.items())])
 
 
+def _log_when_stored(held: list[tuple[str, tuple[Any, ...]]],
+                     then: Callable[[int], None] | None) -> Callable[[int], None]:
+    def on_complete(error: int) -> None:
+        if not error:
+            for msg, args in held:
+                log.info(msg, *args)
+        if then is not None:
+            then(error)
+    return on_complete
+
+
 class ConsumerGroupOps:
     """Mixin: the consumer-group side of the shard (see the module docstring). The host class provides
     ``config``, ``timer``, ``now_ms``, ``groups`` (classic), ``offsets``, ``loaded`` and ``image_provider``."""
@@ -190,13 +201,30 @@ class ConsumerGroupOps:
 
     # ==================================================================================== heartbeat
     def consumer_group_heartbeat(self, meta: Any, request: ConsumerGroupHeartbeatRequest) -> CoordinatorResult[Resp]:
+        self._held_logs: list[tuple[str, tuple[Any, ...]]] | None = []
         try:
             self._validate_heartbeat(meta.api_version, request)
             if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
-                return self._consumer_group_leave(request)
-            return self._consumer_group_heartbeat(meta, request)
+                result = self._consumer_group_leave(request)
+            else:
+                result = self._consumer_group_heartbeat(meta, request)
         except HeartbeatError as exc:
             return CoordinatorResult(response=_error_response(exc.code, exc.message))
+        finally:
+            held, self._held_logs = self._held_logs, None
+        if held and result.records:
+            result.on_complete = _log_when_stored(held, result.on_complete)
+        return result
+
+    def _info(self, msg: str, *args: Any) -> None:
+        """INFO about what a heartbeat decided: logged once its records are stored. A heartbeat whose write fails
+        (``__consumer_offsets`` below ``min.insync.replicas``: the client retries every few hundred ms) logs
+        nothing, rather than the same join and group epoch again and again. Outside a heartbeat: at once."""
+        held = getattr(self, "_held_logs", None)
+        if held is None:
+            log.info(msg, *args)
+        else:
+            held.append((msg, args))
 
     def _validate_heartbeat(self, version: int, r: ConsumerGroupHeartbeatRequest) -> None:
         def invalid(message: str) -> HeartbeatError:
@@ -298,7 +326,7 @@ class ConsumerGroupOps:
                     raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
                                          f"Member {member_id} is not a member of group {group_id}.")
                 member = ConsumerGroupMember(member_id)
-                log.info("group %s: member %s joins (consumer protocol)", group_id, member_id)
+                self._info("group %s: member %s joins (consumer protocol)", group_id, member_id)
             else:
                 self._check_member_epoch(existing, epoch, owned)
                 member = existing
@@ -307,7 +335,7 @@ class ConsumerGroupOps:
             if epoch == 0:
                 if static is None:
                     member = group.members.get(member_id) or ConsumerGroupMember(member_id)
-                    log.info("group %s: static member %s (instance %s) joins", group_id, member_id, r.instance_id)
+                    self._info("group %s: static member %s (instance %s) joins", group_id, member_id, r.instance_id)
                 else:
                     if static.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                         raise HeartbeatError(ErrorCode.UNRELEASED_INSTANCE_ID,
@@ -320,8 +348,8 @@ class ConsumerGroupOps:
                     records.append(target_assignment_record(group_id, member_id,
                                                             group.target_assignment.get(static.member_id, {})))
                     records.append(current_assignment_record(group_id, member))
-                    log.info("group %s: static member %s rejoins as %s, replacing %s", group_id, r.instance_id,
-                             member_id, static.member_id)
+                    self._info("group %s: static member %s rejoins as %s, replacing %s", group_id, r.instance_id,
+                               member_id, static.member_id)
             else:
                 if static is None:
                     raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {r.instance_id} is unknown.")
@@ -399,7 +427,7 @@ class ConsumerGroupOps:
             if bump:
                 group_epoch += 1
                 records.append(group_epoch_record(group_id, group_epoch))
-                log.info("group %s: group epoch %d", group_id, group_epoch)
+                self._info("group %s: group epoch %d", group_id, group_epoch)
 
         # ---- 2. target assignment
         if group_epoch > group.assignment_epoch:
@@ -494,8 +522,8 @@ class ConsumerGroupOps:
             if old is None or dict(old) != result[mid]:
                 records.append(target_assignment_record(group.group_id, mid, result[mid]))
         records.append(target_assignment_epoch_record(group.group_id, epoch, self.now_ms()))  # type: ignore[attr-defined]
-        log.info("group %s: target assignment for epoch %d computed with the %s assignor", group.group_id, epoch,
-                 name)
+        self._info("group %s: target assignment for epoch %d computed with the %s assignor", group.group_id, epoch,
+                   name)
         return result
 
     # ==================================================================================== leaving, fencing
@@ -511,7 +539,7 @@ class ConsumerGroupOps:
             if member is None:
                 raise HeartbeatError(ErrorCode.UNKNOWN_MEMBER_ID,
                                      f"Member {r.member_id} is not a member of group {r.group_id}.")
-            log.info("group %s: member %s left", r.group_id, r.member_id)
+            self._info("group %s: member %s left", r.group_id, r.member_id)
             return self._fence_member(group, member, response)
         static = group.static_member(r.instance_id)
         if static is None:
@@ -521,11 +549,11 @@ class ConsumerGroupOps:
                                  f"Static member {r.member_id} with instance id {r.instance_id} was fenced by "
                                  f"member {static.member_id}.")
         if r.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            log.info("group %s: static member %s (instance %s) left temporarily", r.group_id, r.member_id,
-                     r.instance_id)
+            self._info("group %s: static member %s (instance %s) left temporarily", r.group_id, r.member_id,
+                       r.instance_id)
             leaving = replace(static, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH, pending_revocation={})
             return CoordinatorResult([current_assignment_record(r.group_id, leaving)], response)
-        log.info("group %s: static member %s (instance %s) left", r.group_id, r.member_id, r.instance_id)
+        self._info("group %s: static member %s (instance %s) left", r.group_id, r.member_id, r.instance_id)
         return self._fence_member(group, static, response)
 
     def _fence_member(self, group: ConsumerGroup, member: ConsumerGroupMember, response: Any) -> CoordinatorResult[Any]:
@@ -645,8 +673,8 @@ class ConsumerGroupOps:
                                        member_epoch: int, transactional: bool = False) -> int:
         """OffsetCommit (and TxnOffsetCommit) of a consumer group: epoch -1 from a non-member (Admin client,
         manual assignment) is accepted only while the group is empty; a member must send OffsetCommit v9+
-        and its current member epoch (STALE_MEMBER_EPOCH; TxnOffsetCommit has no such error and gets
-        ILLEGAL_GENERATION, as in Kafka)."""
+        and its current member epoch (STALE_MEMBER_EPOCH; the TxnOffsetCommit handler reports it as
+        ILLEGAL_GENERATION below v6, KIP-1319)."""
         if member_epoch < 0 and not group.members:
             return ErrorCode.NONE
         member = group.members.get(member_id)
@@ -655,8 +683,7 @@ class ConsumerGroupOps:
         if not transactional and member.classic is None and api_version < 9:
             return ErrorCode.UNSUPPORTED_VERSION
         if member_epoch != member.member_epoch:
-            return ErrorCode.ILLEGAL_GENERATION if transactional or member.classic is not None \
-                else ErrorCode.STALE_MEMBER_EPOCH
+            return ErrorCode.ILLEGAL_GENERATION if member.classic is not None else ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
 
     def validate_offset_fetch_member(self, group_id: str, member_id: str | None, member_epoch: int) -> int:

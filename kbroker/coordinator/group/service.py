@@ -149,8 +149,8 @@ class GroupCoordinator:
             name="group-coordinator")
         self.loader = PartitionLoader(self.runtime, self.writer)
         self._started = False
-        #: ``hook(group id, member id)``: a share group member left or was fenced here (the broker's share
-        #: partitions release what it acquired)
+        #: ``hook(group id, member id)``: a share group member left or was fenced here (the broker does not
+        #: release its records then: its share sessions end on their own)
         self.share_member_removed_hook: Callable[[str, str], None] | None = None
         #: ``hook(group id)``: a share group was deleted here (the broker deletes its share state)
         self.share_group_deleted_hook: Callable[[str], None] | None = None
@@ -604,6 +604,6 @@ class GroupCoordinator:
                     results[r.group_id] = r
             except KafkaError as exc:
                 for group_id in ids:
-                    results[group_id] = DeleteGroupsResponse.DeletableGroupResult(group_id=group_id,
-                                                                                   error_code=exc.code)
+                    results[group_id] = DeleteGroupsResponse.DeletableGroupResult(
+                        group_id=group_id, error_code=exc.code, error_message=exc.message)
         return [results[g] for g in dict.fromkeys(group_ids)]

@@ -752,20 +752,18 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps, ShareGroupOps
                 return
             if error:
                 if group.is_in(ClassicGroupState.COMPLETING_REBALANCE):
+                    # as Kafka: every parked SyncGroup gets the (mapped) error and the group goes back to
+                    # PreparingRebalance; the next generation needs every member's JoinGroup again (they were
+                    # all just answered), so nothing happens until the members rejoin
                     self._reset_and_propagate_assignment_error(group, error)
-                    self.timer.schedule(join_key(group_id), 0, lambda: self._rebalance_after_error(group_id, generation))
+                    self._apply_now(self._maybe_prepare_rebalance_or_complete_join(
+                        group, f"storing the assignment failed with {ErrorCode(error).name}"))
                 return
             for m in group.members.values():
                 if m.is_awaiting_sync:
                     m.complete_sync(self._sync_response(group, m))
 
         return CoordinatorResult([group_metadata_record(group_id, value)], None, on_complete)
-
-    def _rebalance_after_error(self, group_id: str, generation: int) -> CoordinatorResult[None]:
-        group = self.groups.get(group_id)
-        if group is None or group.generation_id != generation:
-            return _empty()
-        return self._maybe_prepare_rebalance_or_complete_join(group, "storing the assignment failed")
 
     def _sync_done(self, group: ClassicGroup, member_id: str) -> None:
         group.pending_sync_members.discard(member_id)
@@ -970,7 +968,7 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps, ShareGroupOps
                 p.error_code = ErrorCode.OFFSET_METADATA_TOO_LARGE
                 continue
             records.append(offset_commit_record(group_id, p.topic, p.partition, p.offset, p.leader_epoch,
-                                                p.metadata or "", now))
+                                                p.metadata or "", now, topic_id=p.topic_id))
         return CoordinatorResult(records, partitions, producer_id=producer_id, producer_epoch=producer_epoch)
 
     def _validate_txn_offset_commit(self, group_id: str, generation_id: int, member_id: str,
@@ -985,8 +983,10 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps, ShareGroupOps
             if group is not None and group.is_in(ClassicGroupState.DEAD):
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE
             return ErrorCode.NONE  # no group management: a simple group is created when the offsets commit
+        # (an unknown group with a generation: GROUP_ID_NOT_FOUND, which the handler reports as
+        # ILLEGAL_GENERATION below TxnOffsetCommit v6, KIP-1319)
         error = self._validate_offset_commit(
-            RequestMeta(api_version=8),
+            RequestMeta(api_version=9),
             OffsetCommitInput(group_id, generation_id, member_id, group_instance_id, -1, []))
         return ErrorCode.NONE if error == ErrorCode.REBALANCE_IN_PROGRESS else error
 

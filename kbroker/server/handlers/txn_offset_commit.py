@@ -1,4 +1,4 @@
-"""TxnOffsetCommit (API key 28), versions 0-5.
+"""TxnOffsetCommit (API key 28), versions 0-6.
 
 Behavior:
 * v5 (transactions version 2, KIP-890 part 2): the group's ``__consumer_offsets`` partition is added to the
@@ -10,16 +10,21 @@ Behavior:
   epoch, with nothing written. In a cluster whose transaction coordinator for the id is another broker, that
   broker is asked with AddPartitionsToTxn v4 ``verify_only`` (KIP-890, :mod:`kbroker.server.txn_verification`;
   COORDINATOR_NOT_AVAILABLE when it cannot be reached);
-* the group member is validated like an OffsetCommit (v3+: generation, member id, group instance id); a
-  commit with generation -1 and no member id is accepted for any group state (Kafka's rule for transactional
-  commits) and creates a simple group when the transaction commits;
-* per partition: UNKNOWN_TOPIC_OR_PARTITION for an unknown topic, OFFSET_METADATA_TOO_LARGE; the others are
+* the group member is validated like an OffsetCommit (v3+: generation, member id, group instance id; for a
+  consumer-protocol (KIP-848) group the generation field is the member epoch); a commit with generation -1
+  and no member id is accepted for any group state (Kafka's rule for transactional commits) and creates a
+  simple group when the transaction commits. An unknown group with a generation gets GROUP_ID_NOT_FOUND and
+  a member's stale epoch STALE_MEMBER_EPOCH from v6; below v6 both are ILLEGAL_GENERATION (KIP-1319);
+* per partition: UNKNOWN_TOPIC_OR_PARTITION for an unknown topic name (v0-5), UNKNOWN_TOPIC_ID for an unknown
+  topic id (v6, on every partition of the topic), OFFSET_METADATA_TOO_LARGE; the others are
   written as one transactional batch of the producer; they are pending (invisible to OffsetFetch, which
   answers UNSTABLE_OFFSET_COMMIT with RequireStable) until the COMMIT marker reaches the partition, and dropped
-  by an ABORT marker.
+  by an ABORT marker. The offset records carry the topic id (resolved from the name below v6), as in Kafka 4.4.
 Version notes:
 * v2: committed leader epoch; v3: generation, member id, group instance id, flexible; PRODUCER_FENCED;
-  v5: the implicit add of transactions version 2.
+  v5: the implicit add of transactions version 2; v6 (KIP-1319, Kafka 4.4): topics by topic id (the response
+  carries the ids, no names), GenerationId renamed GenerationIdOrMemberEpoch, GROUP_ID_NOT_FOUND,
+  STALE_MEMBER_EPOCH and UNKNOWN_TOPIC_ID.
 """
 
 from __future__ import annotations
@@ -29,13 +34,16 @@ from kbroker.coordinator.group.shard import CommitPartition
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import TxnOffsetCommitRequest, TxnOffsetCommitResponse as R
+from kbroker.protocol.schema import ZERO_UUID
 from kbroker.server.authorizer import AclOperation, ResourceType
 from kbroker.server.handlers import common
 
 API_KEY = ApiKey.TXN_OFFSET_COMMIT
-VERSIONS = range(0, 6)
+VERSIONS = range(0, 7)
 #: the first version that adds the group to the transaction (transactions version 2)
 IMPLICIT_ADD_VERSION = 5
+#: the first version with topic ids, GROUP_ID_NOT_FOUND and STALE_MEMBER_EPOCH (KIP-1319)
+TOPIC_ID_VERSION = 6
 
 
 def verification_error(code: int, version: int) -> int:
@@ -53,7 +61,16 @@ async def handle(ctx, request: TxnOffsetCommitRequest) -> R:
     image = broker.controller.image
     gc = broker.group_coordinator
     parts: list[CommitPartition] = []
-    layout: list[tuple[str, list[CommitPartition]]] = []
+    layout: list[tuple[str, bytes, list[CommitPartition]]] = []
+    by_id = version >= TOPIC_ID_VERSION
+    # (name, topic id, known) per request topic: v6 names come from the ids, v0-5 ids from the names
+    topics = []
+    for t in request.topics:
+        topic = image.topics_by_id.get(t.topic_id) if by_id else image.topics_by_name.get(t.name)
+        if by_id:
+            topics.append((topic.name if topic is not None else "", t.topic_id, topic is not None))
+        else:
+            topics.append((t.name, topic.topic_id if topic is not None else ZERO_UUID, topic is not None))
     denied = None  # the whole request's authorization error, as Kafka's getErrorResponse
     readable = None  # the topics the caller may READ (None: no authorizer)
     if broker.authorizer is not None and request.transactional_id and request.group_id:
@@ -63,18 +80,22 @@ async def handle(ctx, request: TxnOffsetCommitRequest) -> R:
             denied = ErrorCode.GROUP_AUTHORIZATION_FAILED
         else:
             readable = common.authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC,
-                                               [t.name for t in request.topics])
-    for t in request.topics:
-        error = ErrorCode.NONE if t.name in image.topics_by_name else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                                               [name for name, _, known in topics if known or not by_id])
+    for t, (name, topic_id, known) in zip(request.topics, topics):
+        if known:
+            error = ErrorCode.NONE
+        else:
+            error = ErrorCode.UNKNOWN_TOPIC_ID if by_id else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if denied is not None:
             error = denied
-        elif readable is not None and t.name not in readable:
-            error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        tps = [CommitPartition(topic=t.name, partition=p.partition_index, offset=p.committed_offset,
+        elif readable is not None and (known or not by_id) and name not in readable:
+            error = ErrorCode.TOPIC_AUTHORIZATION_FAILED  # (an unknown id stays UNKNOWN_TOPIC_ID, as in Kafka)
+        tps = [CommitPartition(topic=name, partition=p.partition_index, offset=p.committed_offset,
                                leader_epoch=p.committed_leader_epoch if version >= 2 else -1,
-                               metadata=p.committed_metadata, error_code=error) for p in t.partitions]
+                               metadata=p.committed_metadata, topic_id=topic_id, error_code=error)
+               for p in t.partitions]
         parts.extend(tps)
-        layout.append((t.name, tps))
+        layout.append((name, topic_id, tps))
     if denied is not None or (readable is not None and not any(p.error_code == ErrorCode.NONE for p in parts)):
         # answered without the coordinators, as Kafka does
         return _response(layout)
@@ -111,7 +132,7 @@ async def handle(ctx, request: TxnOffsetCommitRequest) -> R:
                 p.error_code = error
     else:
         gc.txn_offset_commit(request.group_id, request.producer_id, request.producer_epoch,
-                             request.generation_id if version >= 3 else -1,
+                             request.generation_id_or_member_epoch if version >= 3 else -1,
                              request.member_id if version >= 3 else "",
                              request.group_instance_id if version >= 3 else None, parts)
         if any(p.error_code == ErrorCode.NONE for p in parts):
@@ -119,14 +140,16 @@ async def handle(ctx, request: TxnOffsetCommitRequest) -> R:
             for p in parts:
                 if code and p.error_code == ErrorCode.NONE:
                     p.error_code = code
-    if version < 3:
-        for p in parts:
-            if p.error_code == ErrorCode.PRODUCER_FENCED:
-                p.error_code = ErrorCode.INVALID_PRODUCER_EPOCH
+    for p in parts:
+        if version < 3 and p.error_code == ErrorCode.PRODUCER_FENCED:
+            p.error_code = ErrorCode.INVALID_PRODUCER_EPOCH
+        elif version < TOPIC_ID_VERSION and p.error_code in (ErrorCode.GROUP_ID_NOT_FOUND,
+                                                             ErrorCode.STALE_MEMBER_EPOCH):
+            p.error_code = ErrorCode.ILLEGAL_GENERATION
     return _response(layout)
 
 
-def _response(layout: list[tuple[str, list[CommitPartition]]]) -> R:
-    return R(topics=[R.TxnOffsetCommitResponseTopic(name=name, partitions=[
+def _response(layout: list[tuple[str, bytes, list[CommitPartition]]]) -> R:
+    return R(topics=[R.TxnOffsetCommitResponseTopic(name=name, topic_id=topic_id, partitions=[
         R.TxnOffsetCommitResponsePartition(partition_index=p.partition, error_code=p.error_code) for p in tps])
-        for name, tps in layout])
+        for name, topic_id, tps in layout])
