@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from kbroker.config import BrokerConfig, parse_properties
+from kbroker.config import BrokerConfig, ConfigException, parse_properties
 from kbroker.controller.acl_control import plan_create_acls, plan_delete_acls
 from kbroker.controller.bootstrap import BootstrapError, read_bootstrap_file
 from kbroker.controller.config_control import plan_incremental_alter_configs, plan_legacy_alter_configs
@@ -55,6 +55,7 @@ from kbroker.controller.image import (
     is_internal,
 )
 from kbroker.controller.replica_placement import place_replicas
+from kbroker.controller.raft.client import NotLeaderError
 from kbroker.controller.records import MetadataRecordError, decode_metadata_record, encode_metadata_record
 from kbroker.controller.client_quota_control import plan_alter_client_quotas
 from kbroker.controller.scram_control import plan_alter_user_scram_credentials
@@ -443,7 +444,7 @@ class QuorumController:
             if p.exists():
                 try:
                     found[d] = parse_properties(p.read_text(encoding="utf-8"))
-                except (UnicodeDecodeError, OSError) as exc:
+                except (UnicodeDecodeError, OSError, ConfigException) as exc:
                     raise MetadataStorageError(
                         f"{p} cannot be read ({type(exc).__name__}: {exc}): restore it from a backup (it names the "
                         f"cluster, this node and the directory)") from None
@@ -479,6 +480,16 @@ class QuorumController:
                                            f"{stored}")
             self.cluster_id = stored
         else:
+            if not configured and self._quorum_has_other_nodes():
+                quorum = ("controller.quorum.voters " + self.config.get("controller.quorum.voters").strip()
+                          if self.quorum_voters else
+                          "controller.quorum.bootstrap.servers "
+                          + self.config.get("controller.quorum.bootstrap.servers").strip())
+                raise MetadataStorageError(
+                    f"no cluster.id and unformatted storage, but this node's quorum ({quorum}) has other nodes, which "
+                    f"would each make up a different cluster id: set cluster.id, the same on every node, or format "
+                    f"every node with `kbroker-storage format -t ID -c FILE` (one ID for all, e.g. from "
+                    f"`kbroker-storage random-uuid`)")
             self.cluster_id = configured or uuid_to_str(random_uuid())
         seen: set[bytes] = set()
         for d in dirs:
@@ -498,6 +509,17 @@ class QuorumController:
                 self._write_meta_properties(d, dir_id)
             seen.add(dir_id)
             self.directory_ids[d] = dir_id
+
+    def _quorum_has_other_nodes(self) -> bool:
+        """Whether this node's cluster has (or may have) nodes besides this one: several voters or bootstrap
+        servers, or a quorum this node is not the one voter of. Such a node cannot make up a cluster id alone (the
+        others would make up different ones and refuse each other's Raft and registration requests with
+        INCONSISTENT_CLUSTER_ID)."""
+        if len(self.quorum_voters) > 1 or len(self.bootstrap_servers) > 1:
+            return True
+        if "controller" not in self.config.process_roles:
+            return bool(self.quorum_voters or self.bootstrap_servers)
+        return bool(self.quorum_voters) and self.node_id not in self.quorum_voters
 
     def _write_meta_properties(self, d: Path, dir_id: bytes) -> None:
         d.mkdir(parents=True, exist_ok=True)
@@ -793,7 +815,8 @@ class QuorumController:
     # ---- the metadata quorum (raft mode) ----
     def _append_to_quorum(self, records: list[Any]) -> MetadataImage:
         """Append ``records`` as one batch to the Raft log (atomic: one batch is committed whole or not at all)
-        and return the image planned with them; listeners hear of them when the quorum commits them."""
+        and return the image planned with them; listeners hear of them when the quorum commits them. Raises
+        ``KafkaError(NOT_CONTROLLER)`` when this node is not (or no longer) the Raft leader."""
         if not self._active or self.raft_append is None or self.raft_end_offset is None:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, f"node {self.node_id} is not the active controller")
         base = self.raft_end_offset()
@@ -801,7 +824,12 @@ class QuorumController:
         for i, rec in enumerate(records):
             delta.replay(rec, base + i)  # raises before anything is written if a record cannot apply
         new_image = delta.apply()
-        last = self.raft_append([encode_metadata_record(r) for r in records])
+        try:
+            last = self.raft_append([encode_metadata_record(r) for r in records])
+        except NotLeaderError as exc:
+            # the Raft leadership went (a higher epoch, a resignation) before the quorum told this controller to
+            # renounce: the request is answered NOT_CONTROLLER and the sender asks the new controller
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"node {self.node_id} lost the leadership: {exc}") from None
         if last != base + len(records) - 1:
             raise MetadataStorageError(f"metadata records appended up to {last}, expected {base + len(records) - 1}")
         self._image = new_image
@@ -914,6 +942,16 @@ class QuorumController:
                 [UnregisterBrokerRecord(broker_id=broker_id, broker_epoch=reg.broker_epoch)],
                 self._leaders_without(broker_id))
             self._heartbeats.pop(broker_id, None)
+
+    def extend_broker_sessions(self, stalled_ms: int, now_ms: int) -> None:
+        """This controller could not run for ``stalled_ms`` (until ``now_ms``, the clock of
+        :meth:`broker_heartbeat`): the brokers' heartbeats of that time wait unread in its sockets, so the time
+        does not count against their sessions (Kafka's controller tracks contact times as heartbeats arrive and
+        checks sessions behind the queued heartbeats). Every session is extended by the stall, never past
+        ``now_ms``."""
+        with self._lock:
+            for broker_id, last in self._heartbeats.items():
+                self._heartbeats[broker_id] = min(last + stalled_ms, now_ms)
 
     def fence_stale_brokers(self, now_ms: int, session_timeout_ms: int) -> list[int]:
         """On the active controller: fence every unfenced broker (other than this node) whose last heartbeat is

@@ -78,6 +78,9 @@ log = logging.getLogger(__name__)
 FENCING_CHECK_S = 0.1
 """How often the active controller looks for brokers whose session expired (a loop over the registered brokers)."""
 
+STALL_REPORT_S = 1.0
+"""A stall of the controller's event loop at least this long is logged (WARNING) when the fencing check sees it."""
+
 #: client id prefix of requests a standby forwards to the active controller (never forwarded again)
 FORWARDED_PREFIX = "kbroker-forward-"
 
@@ -189,6 +192,12 @@ class MetadataQuorum:
                     and "metadata.version" in self.controller.image.features):
                 return
             await asyncio.sleep(0.02)
+        other = self.manager.refused_by_other_cluster if self.manager is not None else []
+        if other:
+            raise TimeoutError(f"the metadata quorum {sorted(self.voters)} did not elect a leader and commit the "
+                               f"cluster's metadata within {timeout_s:.0f} s: nodes {other} refused this node's "
+                               f"requests with INCONSISTENT_CLUSTER_ID (this node is of cluster "
+                               f"{self.controller.cluster_id}; give every node the same cluster.id)")
         raise TimeoutError(f"the metadata quorum {sorted(self.voters)} did not elect a leader and commit the "
                            f"cluster's metadata within {timeout_s:.0f} s (are a majority of the voters running "
                            f"and reachable on their controller listeners?)")
@@ -700,11 +709,27 @@ class MetadataQuorum:
 
     async def _fence_stale_brokers(self) -> None:
         """On the active controller: fence brokers whose heartbeats stopped (``broker.session.timeout.ms``), checked
-        every :data:`FENCING_CHECK_S` (a failover waits the session timeout plus at most that)."""
+        every :data:`FENCING_CHECK_S` (a failover waits the session timeout plus at most that).
+
+        A check that wakes up late measures a stall of this node's event loop (a long blocking call, the process
+        stopped): heartbeats sent meanwhile wait unread in the sockets. As Kafka's controller applies queued
+        heartbeats before its session check, the stall does not count against any broker's session
+        (:meth:`QuorumController.extend_broker_sessions`) and this round checks nothing: the next one comes after
+        the queued heartbeats were read."""
+        due = time.monotonic() + FENCING_CHECK_S
         while True:
-            await asyncio.sleep(FENCING_CHECK_S)
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            now = time.monotonic()
+            stalled = now - due
+            due = now + FENCING_CHECK_S
             c = self.controller
             if not c.is_active:
+                continue
+            if stalled > FENCING_CHECK_S:
+                if stalled >= STALL_REPORT_S:
+                    log.warning("the controller did not run for %.1f s: broker sessions are extended by that long "
+                                "(heartbeats sent meanwhile are still unread)", stalled)
+                c.extend_broker_sessions(int(stalled * 1000), int(now * 1000))
                 continue
             try:
                 if c.fence_stale_brokers(int(time.monotonic() * 1000), self.session_timeout_ms):

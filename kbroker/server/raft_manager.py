@@ -7,8 +7,11 @@ The state machine does no I/O; this driver gives it time, a network and a way to
   answers are decoded (:mod:`kbroker.controller.raft.wire`) and handed back;
 * :meth:`RaftManager.handle_request` takes a Raft request that arrived on a listener (Vote, BeginQuorumEpoch,
   EndQuorumEpoch, or a Fetch of ``__cluster_metadata`` by a replica) and returns the response to send;
-* a Fetch that would come back empty is parked for up to ``fetch_max_wait_ms`` until the leader's log or high
-  watermark moves (long polling, as Kafka's leader does), so idle followers do not spin.
+* a Fetch that would come back empty is parked for up to ``fetch_max_wait_ms`` until the leader's log moves or
+  its high watermark passes the one the fetcher knows (long polling, as Kafka's leader does), so idle followers
+  do not spin and a commit reaches every replica at once. The fetcher's high watermark is the Fetch v18
+  ``HighWatermark`` field (KAFKA-14145); for an older fetch it is the leader's own when the fetch arrived, so any
+  move completes it.
 
 The interface is narrow on purpose: peers are ``node id -> (host, port)`` (a mapping, or a function for voter
 sets that change, KIP-853: channels are opened on first use and re-opened when a node's address changes), and
@@ -27,7 +30,7 @@ from typing import Any, Callable, Mapping, Union
 from kbroker.controller.raft import messages as rm
 from kbroker.controller.raft import wire
 from kbroker.controller.raft.client import RaftClient
-from kbroker.protocol.errors import KafkaError
+from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages.begin_quorum_epoch_response import BeginQuorumEpochResponse
 from kbroker.protocol.messages.end_quorum_epoch_request import EndQuorumEpochRequest
 from kbroker.protocol.messages.end_quorum_epoch_response import EndQuorumEpochResponse
@@ -81,6 +84,9 @@ class RaftManager:
         self._task: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[None]] = set()
         self._stopping = False
+        #: ("from"|"to", peer) whose INCONSISTENT_CLUSTER_ID was logged: once per peer and direction until that
+        #: peer's requests (or answers) agree again
+        self._cluster_id_warned: set[tuple[str, int | str]] = set()
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -142,7 +148,10 @@ class RaftManager:
         try:
             msg = wire.decode_request(request, self.cluster_id, correlation_id)
         except KafkaError as exc:
+            if exc.code == ErrorCode.INCONSISTENT_CLUSTER_ID:
+                self._refused_other_cluster(request)
             return _error_response(request, exc)
+        self._cluster_id_warned.discard(("from", getattr(msg, "src", -1)))
         if isinstance(msg, rm.EndQuorumEpochRequest):
             self.client.handle(msg, self.clock_ms())
             self._wake.set()
@@ -151,6 +160,10 @@ class RaftManager:
                     partition_index=0, leader_id=self.client.leader_id, leader_epoch=self.client.epoch)])])
         deadline = self.clock_ms() + (min(request.max_wait_ms, self.fetch_max_wait_ms)
                                       if isinstance(msg, rm.FetchRequest) else 0)
+        # the high watermark the fetcher knows: its own word (Fetch v18), else this leader's when the fetch came
+        known_hw = self.client.high_watermark
+        if isinstance(msg, rm.FetchRequest) and msg.high_watermark is not None:
+            known_hw = msg.high_watermark
         while True:
             changed = self._change_future()
             before = (self.client.log.end_offset, self.client.high_watermark)
@@ -165,8 +178,10 @@ class RaftManager:
             if resp is None:  # cannot happen: the state machine answers every request it is given
                 raise RuntimeError(f"no answer to {msg!r}")
             if (not isinstance(resp, rm.FetchResponse) or resp.entries or resp.error != "NONE"
-                    or resp.diverging_epoch >= 0 or self.clock_ms() >= deadline
-                    or resp.high_watermark < self.client.high_watermark):
+                    or resp.diverging_epoch >= 0 or resp.snapshot_end_offset >= 0 or self.clock_ms() >= deadline
+                    or resp.high_watermark > known_hw):
+                # a fetcher behind on the high watermark learns it now, not at the next append or at the end of
+                # its long poll (KAFKA-14145): followers and observers apply committed metadata at once
                 return self._with_leader_endpoint(wire.encode_response(resp))
             try:  # long poll: wait for the log or the high watermark to move
                 await asyncio.wait_for(asyncio.shield(changed), (deadline - self.clock_ms()) / 1000)
@@ -251,6 +266,10 @@ class RaftManager:
                 self.client.peer_gone(channel.node_id, self.clock_ms())
                 self._wake.set()
             return
+        if resp.error_code == ErrorCode.INCONSISTENT_CLUSTER_ID:
+            self._refused_by_other_cluster(channel.node_id, req)
+        elif not resp.error_code:
+            self._cluster_id_warned.discard(("to", channel.node_id))
         for ne in getattr(resp, "node_endpoints", None) or ():
             if ne.node_id >= 0 and ne.node_id != self.client.node_id:
                 self.learned[ne.node_id] = (ne.host, ne.port)
@@ -262,6 +281,52 @@ class RaftManager:
         if (self.client.log.end_offset, self.client.high_watermark) != before:
             self._notify_change()
         self._wake.set()
+
+    # ------------------------------------------------------------------ another cluster's nodes
+    def _refused_other_cluster(self, request: Any) -> None:
+        """A peer's request named another cluster id: WARN once per sender, with both ids."""
+        sender = _sender_of(request)
+        if ("from", sender) in self._cluster_id_warned:
+            return
+        self._cluster_id_warned.add(("from", sender))
+        log.warning("raft node %s: refused %s from node %s with INCONSISTENT_CLUSTER_ID: it is of cluster %s, this "
+                    "node of cluster %s (every node of a cluster needs the same cluster.id, or storage formatted with "
+                    "`kbroker-storage format -t ID`; logged once per peer)", self.client.node_id,
+                    _api_name(request), sender, request.cluster_id, self.cluster_id)
+
+    def _refused_by_other_cluster(self, peer: int, request: Any) -> None:
+        """A peer answered INCONSISTENT_CLUSTER_ID: WARN once per peer (its answer does not carry its id)."""
+        if ("to", peer) in self._cluster_id_warned:
+            return
+        self._cluster_id_warned.add(("to", peer))
+        log.warning("raft node %s: node %s refused this node's %s with INCONSISTENT_CLUSTER_ID: it is not of this "
+                    "node's cluster %s (every node of a cluster needs the same cluster.id, or storage formatted with "
+                    "`kbroker-storage format -t ID`; logged once per peer)", self.client.node_id, peer,
+                    _api_name(request), self.cluster_id)
+
+    @property
+    def refused_by_other_cluster(self) -> list[int]:
+        """Peers that last answered this node with INCONSISTENT_CLUSTER_ID."""
+        return sorted(int(p) for d, p in self._cluster_id_warned if d == "to")
+
+
+def _api_name(request: Any) -> str:
+    """``VoteRequest`` -> ``Vote request``."""
+    name = type(request).__name__
+    return name[:-len("Request")] + " request" if name.endswith("Request") else name
+
+
+def _sender_of(request: Any) -> int | str:
+    """The node id a Raft request names as its sender (candidate, leader or fetching replica); ``"?"`` if none."""
+    try:
+        if isinstance(request, FetchRequest):
+            return request.replica_state.replica_id if request.replica_state.replica_id >= 0 else request.replica_id
+        if isinstance(request, FetchSnapshotRequest):
+            return request.replica_id
+        part = request.topics[0].partitions[0]
+        return part.replica_id if hasattr(part, "replica_id") else part.leader_id
+    except (AttributeError, IndexError):
+        return "?"
 
 
 def _error_response(request: Any, exc: KafkaError) -> Any:

@@ -188,3 +188,71 @@ def test_quorum_state_of_another_cluster_refuses(tmp_path):
     assert FileElectionStore(tmp_path, "cluster-a").read() == ElectionState(3, 1, 1, (1,))
     with pytest.raises(QuorumStateError, match="belongs to cluster cluster-a"):
         FileElectionStore(tmp_path, "cluster-b").read()
+
+
+@pytest.mark.timeout(60)
+def test_parked_fetches_complete_when_only_the_high_watermark_moves(tmp_path):
+    """KAFKA-14145: the leader answers a parked Fetch as soon as its high watermark passes the one the fetcher knows
+    (Fetch v18 ``HighWatermark``; for a v17 fetch, the leader's own when it arrived), not at the next append or at
+    the end of the long poll. Node 1 leads voters {1, 2, 3}; voter 2 and observers 7-9 are Fetch requests handed
+    to its RaftManager (long poll up to 10 s)."""
+    from kbroker.controller.raft import messages as rm
+    from kbroker.controller.raft import wire
+    from kbroker.protocol.messages.fetch_request import FetchRequest
+    from kbroker.protocol.messages.fetch_response import FetchResponse
+
+    async def main():
+        loop = asyncio.get_running_loop()
+
+        def clock() -> int:
+            return int(loop.time() * 1000)
+
+        plog = PartitionLog(tmp_path / "__cluster_metadata-0", LogConfig(), topic_id=METADATA_TOPIC_ID)
+        raft_log = PartitionRaftLog(plog, 1, [1, 2, 3])
+        cfg = RaftConfig(election_timeout_ms=10, fetch_timeout_ms=60_000)
+        client = RaftClient(1, {1, 2, 3}, raft_log, FileElectionStore(tmp_path), random.Random(1), clock() - 1000,
+                            cfg)
+        client.poll(clock())  # the election timeout passed: pre-vote, then vote, each granted by voter 2
+        client.handle(rm.VoteResponse(2, 0, -1, True, 1, True), clock())
+        client.handle(rm.VoteResponse(2, 1, -1, True, 1, False), clock())
+        assert client.is_leader and client.epoch == 1
+        client.outbox.clear()
+        manager = RaftManager(client, CLUSTER, {}, clock_ms=clock, fetch_max_wait_ms=10_000)
+        await manager.start()
+
+        async def fetch(src: int, offset: int, hw: int | None, wait_ms: int = 10_000, version: int = 18):
+            msg = rm.FetchRequest(src, 1, offset, 1 if offset else 0, high_watermark=hw)
+            _, _, req = wire.encode_request(msg, CLUSTER, 1)
+            req.max_wait_ms = wait_ms
+            req, _ = codec.decode(FetchRequest, codec.encode(req, version), version, 0)  # as it travels
+            resp = await manager.handle_request(req, 7)
+            resp, _ = codec.decode(FetchResponse, codec.encode(resp, version), version, 0)
+            return wire.decode_response(resp, msg, 1)
+
+        try:
+            await wait_for(lambda: raft_log.flushed_offset >= 1, 5, "the LeaderChange entry flushed")
+            assert len((await fetch(9, 0, 0)).entries) == 1
+            observer = loop.create_task(fetch(9, 1, 0))  # v18: knows high watermark 0, as the leader's now
+            observer_v17 = loop.create_task(fetch(8, 1, None, version=17))  # no HighWatermark on the wire
+            await asyncio.sleep(0.1)
+            assert not observer.done() and not observer_v17.done(), "nothing new for them: they are parked"
+            assert client.high_watermark == 0
+
+            assert len((await fetch(2, 0, 0)).entries) == 1
+            # voter 2 holds offset 0: its fetch from offset 1 commits it, and its own answer says so at once
+            moved = await asyncio.wait_for(fetch(2, 1, 0), 5)
+            assert client.high_watermark == 1 and moved.high_watermark == 1 and not moved.entries
+            for parked in (observer, observer_v17):
+                resp = await asyncio.wait_for(parked, 5)  # not the 10 s long poll
+                assert resp.error == "NONE" and resp.high_watermark == 1 and not resp.entries
+
+            # a fetcher that says it is behind is answered at once; one that is up to date waits its long poll
+            assert (await asyncio.wait_for(fetch(7, 1, 0), 5)).high_watermark == 1
+            t0 = loop.time()
+            resp = await fetch(7, 1, 1, wait_ms=300)
+            assert loop.time() - t0 >= 0.25 and resp.high_watermark == 1 and not resp.entries
+        finally:
+            await manager.stop(graceful=False)
+            plog.close()
+
+    asyncio.run(main())

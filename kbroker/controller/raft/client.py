@@ -549,7 +549,7 @@ class RaftClient:
         else:
             self.outbox.append((dst, FetchRequest(self.node_id, self.epoch, self.log.end_offset,
                                                   self.log.last_epoch, self.cfg.fetch_max_entries,
-                                                  self._correlation, self.directory_id)))
+                                                  self._correlation, self.directory_id, self.high_watermark)))
         self._fetch_inflight_until = now + self.cfg.request_timeout_ms
 
     # ------------------------------------------------------------------ handlers

@@ -70,6 +70,10 @@ class FetchRequest:
     """Answered in the response; only the answer to the fetch in flight is taken (the wire's correlation id)."""
     directory_id: bytes = bytes(16)
     """The fetching replica's metadata directory id (KIP-853 ``ReplicaDirectoryId``; zeros when unknown)."""
+    high_watermark: int | None = None
+    """The high watermark the fetching replica knows (Fetch v18 ``HighWatermark``, KAFKA-14145): the leader answers
+    at once, without long polling, when its own is higher. ``None`` when the fetcher's Fetch version does not carry
+    it (the leader then answers a parked fetch at any move of its high watermark)."""
 
 
 @dataclass(frozen=True, slots=True)

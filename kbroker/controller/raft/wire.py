@@ -1,5 +1,6 @@
 """Raft messages on the wire: KRaft's Vote (52, v2), BeginQuorumEpoch (53, v1), EndQuorumEpoch (54, v1),
-Fetch (1, v17, with the ``SnapshotId`` of KIP-630) and FetchSnapshot (59, v1) on ``__cluster_metadata`` partition 0, mapped to and from the state machine's messages
+Fetch (1, v18, with the ``SnapshotId`` of KIP-630 and the fetcher's ``HighWatermark`` of KAFKA-14145) and
+FetchSnapshot (59, v1) on ``__cluster_metadata`` partition 0, mapped to and from the state machine's messages
 (:mod:`kbroker.controller.raft.messages`).
 
 Requests carry the ``cluster_id``; a request for another cluster is refused with ``INCONSISTENT_CLUSTER_ID``
@@ -33,8 +34,11 @@ from kbroker.protocol.records import iter_batches
 
 METADATA_TOPIC = "__cluster_metadata"
 VERSIONS = {VoteRequest.API_KEY: 2, BeginQuorumEpochRequest.API_KEY: 1, EndQuorumEpochRequest.API_KEY: 1,
-            FetchRequest.API_KEY: 17, FetchSnapshotRequest.API_KEY: 1}
+            FetchRequest.API_KEY: 18, FetchSnapshotRequest.API_KEY: 1}
 """The version kbroker sends of each Raft API."""
+HW_UNSUPPORTED = 2**63 - 1
+"""The Fetch ``HighWatermark`` of a fetcher that does not send its own (the field's default; before v18 it is not on
+the wire at all)."""
 
 _ERRORS = {"NONE": 0, "FENCED_LEADER_EPOCH": ErrorCode.FENCED_LEADER_EPOCH,
            "UNKNOWN_LEADER_EPOCH": ErrorCode.UNKNOWN_LEADER_EPOCH,
@@ -89,7 +93,8 @@ def encode_request(msg: Any, cluster_id: str, dst: int, max_bytes: int = 8 * 102
             topics=[FetchRequest.FetchTopic(topic_id=METADATA_TOPIC_ID, partitions=[FetchRequest.FetchPartition(
                 partition=0, current_leader_epoch=msg.epoch, fetch_offset=msg.fetch_offset,
                 last_fetched_epoch=msg.last_fetched_epoch, partition_max_bytes=max_bytes,
-                replica_directory_id=msg.directory_id)])])
+                replica_directory_id=msg.directory_id,
+                high_watermark=HW_UNSUPPORTED if msg.high_watermark is None else msg.high_watermark)])])
     elif isinstance(msg, rm.FetchSnapshotRequest):
         req = FetchSnapshotRequest(cluster_id=cluster_id, replica_id=msg.src, max_bytes=msg.max_bytes, topics=[
             FetchSnapshotRequest.TopicSnapshot(name=METADATA_TOPIC, partitions=[FetchSnapshotRequest.PartitionSnapshot(
@@ -121,7 +126,8 @@ def decode_request(req: Any, cluster_id: str, correlation_id: int = 0) -> Any:
         replica = req.replica_state.replica_id if req.replica_state.replica_id >= 0 else req.replica_id
         return rm.FetchRequest(replica, p.current_leader_epoch, p.fetch_offset, p.last_fetched_epoch,
                                max_entries=1 << 30, correlation_id=correlation_id,
-                               directory_id=bytes(p.replica_directory_id))
+                               directory_id=bytes(p.replica_directory_id),
+                               high_watermark=None if p.high_watermark == HW_UNSUPPORTED else p.high_watermark)
     if isinstance(req, FetchSnapshotRequest):
         p = _one_partition(req.topics, "name")
         return rm.FetchSnapshotRequest(req.replica_id, p.current_leader_epoch, p.snapshot_id.end_offset,

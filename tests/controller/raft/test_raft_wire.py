@@ -32,7 +32,7 @@ def through_wire(dst, msg):
         back = wire.decode_request(decoded, CLUSTER, getattr(msg, "correlation_id", 0))
         if isinstance(msg, rm.FetchRequest):
             assert back == rm.FetchRequest(msg.src, msg.epoch, msg.fetch_offset, msg.last_fetched_epoch,
-                                           1 << 30, msg.correlation_id)
+                                           1 << 30, msg.correlation_id, high_watermark=msg.high_watermark)
             return msg  # keep the follower's own batch limit
         assert back == msg
         return back
@@ -96,3 +96,13 @@ def test_vote_for_two_partitions_is_invalid():
     with pytest.raises(KafkaError) as e:
         wire.decode_request(req, CLUSTER)
     assert e.value.code == ErrorCode.INVALID_REQUEST
+
+
+def test_fetch_carries_the_fetchers_high_watermark_from_v18():
+    """Fetch v18 ``HighWatermark`` (KAFKA-14145): what the fetcher knows; absent before v18 (-> None: unknown)."""
+    msg = rm.FetchRequest(4, 2, 10, 1, high_watermark=7)
+    _, version, req = wire.encode_request(msg, CLUSTER, 1)
+    assert version == 18
+    for v, want in ((18, 7), (17, None)):
+        decoded, _ = codec.decode(type(req), codec.encode(req, v), v)
+        assert wire.decode_request(decoded, CLUSTER).high_watermark == want
