@@ -430,3 +430,46 @@ def test_java_admin_client(kbroker_factory, java_driver):
     error = java_driver.one(events, "error")
     assert error["error_class"] == "SecurityDisabledException", events
     assert error["message"] == "No Authorizer is configured on the broker"
+
+
+# ------------------------------------------------------------------------------------- the authorizer's log
+
+
+@pytest.mark.kbroker_only("kbroker's kbroker.authorizer log lines")
+def test_denials_are_logged_on_the_authorizer_logger(kbroker_factory, tmp_path):
+    """Each denied operation is one INFO line on ``kbroker.authorizer`` in the shape of Kafka's authorizer log
+    (principal, operation, host, resource, request), an identical one at most once per 10 s; allowed operations
+    are not logged at INFO, nor the topics a listing of every topic leaves out."""
+    from compat_tests.test_cli_tools import cli
+    from confluent_kafka.admin import NewTopic
+
+    broker, bootstrap = sasl_broker(kbroker_factory, {**STANDARD, "super.users": "User:admin"})
+    admin = AdminClient(rdkafka_conf(bootstrap, "admin", "admin-secret"))
+    admin.create_topics([NewTopic("secret", 1, 1), NewTopic("open", 1, 1)])["secret"].result(30)
+    assert create(admin, [binding("open", AclOperation.DESCRIBE)]) == [None]
+    conf = tmp_path / "alice.properties"
+    conf.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config="
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required username=\"alice\" "
+                    "password=\"alice-secret\";\n")
+    base = ["--bootstrap-server", bootstrap, "--command-config", conf]
+    listed = cli("kbroker-topics", *base, "--list").stdout.split()
+    assert listed == ["open"], listed
+    alice = AdminClient(rdkafka_conf(bootstrap, "alice", "alice-secret"))
+    for _ in range(5):  # Metadata requests naming the topic, each refused
+        md = alice.list_topics("secret", timeout=10)
+        assert md.topics["secret"].error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, md.topics
+    got = create(alice, [binding("x")])
+    assert got[0] is not None and got[0][0] == KafkaError.CLUSTER_AUTHORIZATION_FAILED, got
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "operation = ALTER" not in broker.log_text():
+        time.sleep(0.1)
+    lines = [line for line in broker.log_text().splitlines() if " kbroker.authorizer: " in line]
+    assert all(" INFO " in line and " is Denied " in line for line in lines), lines
+    assert any(line.endswith("Principal = User:alice is Denied operation = DESCRIBE from host = 127.0.0.1 on "
+                             "resource = Topic:LITERAL:secret for request = Metadata") for line in lines), lines
+    assert any(line.endswith("Principal = User:alice is Denied operation = ALTER from host = 127.0.0.1 on "
+                             "resource = Cluster:LITERAL:kafka-cluster for request = CreateAcls")
+               for line in lines), lines
+    # the listing of every topic logged nothing, and the same denial repeated within 10 s is logged once
+    assert sum("Topic:LITERAL:secret for request = Metadata" in line for line in lines) == 1, lines
+    assert len(lines) == 2, lines

@@ -530,3 +530,64 @@ def test_oauthbearer_with_a_jwks(kbroker_factory, tmp_path):
         w.close()
     finally:
         server.shutdown()
+
+
+def _wait_for_log(broker, text: str, timeout: float = 10) -> str:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = broker.log_text()
+        if text in log:
+            return log
+        time.sleep(0.1)
+    raise AssertionError(f"no {text!r} in the broker's log:\n{broker.log_tail(30)}")
+
+
+@pytest.mark.kbroker_only("kbroker's tools and kbroker's log line of a failed authentication")
+def test_tools_report_a_failed_authentication_at_once(kbroker_factory, tmp_path):
+    """The tools say ``Authentication failed: <the broker's reason>`` as soon as the broker refuses their
+    credentials (librdkafka's admin client, producer and consumer, and kbroker's own codec), not that no broker can
+    be reached after their 10 s timeout; the broker logs each failed login once, at INFO, with the client's
+    address, the mechanism and the principal the client claimed."""
+    from compat_tests.test_cli_tools import cli
+
+    broker, bootstrap = sasl_broker(kbroker_factory, {})
+    conf = tmp_path / "bad.properties"
+    conf.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\nsasl.jaas.config="
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required \\\n"
+                    "    username=\"alice\" password=\"wrong\";\n")
+    cases = [("kbroker-topics", "--command-config", "--list"),
+             ("kbroker-consumer-groups", "--command-config", "--list"),
+             ("kbroker-configs", "--command-config", "--describe", "--entity-type", "topics", "--entity-name", "t"),
+             ("kbroker-configs", "--command-config", "--alter", "--entity-type", "topics", "--entity-name", "t",
+              "--add-config", "retention.ms=1000"),
+             ("kbroker-console-producer", "--producer.config", "--topic", "t"),
+             ("kbroker-console-consumer", "--consumer.config", "--topic", "t", "--max-messages", "1")]
+    for tool, flag, *args in cases:
+        t0 = time.monotonic()
+        res = cli(tool, "--bootstrap-server", bootstrap, flag, conf, *args, ok=False, input="")
+        took = time.monotonic() - t0
+        assert res.returncode == 1, (tool, res.stdout, res.stderr)
+        assert "Authentication failed: Invalid username or password" in res.stderr, (tool, res.stderr)
+        assert "cannot reach" not in res.stderr and "Traceback" not in res.stderr, (tool, res.stderr)
+        assert took < 8, f"{tool} took {took:.1f} s to report the failed authentication (its timeout is 10 s)"
+    assert "principal User:alice): Authentication failed: Invalid username or password" in broker.log_text()
+
+    # one line per failed login, with what the broker knows of it
+    for mechanism, first, reason in (
+            ("PLAIN", b"\0alice\0wrong", "Authentication failed: Invalid username or password"),
+            ("SCRAM-SHA-256", b"n,,n=nobody,r=abcdefghijkl", "Authentication failed during authentication due "
+                                                              "to invalid credentials with SASL mechanism "
+                                                              "SCRAM-SHA-256")):
+        w = Wire(bootstrap)
+        port = w.sock.getsockname()[1]
+        assert w.send(SaslHandshakeRequest(mechanism=mechanism), 1).error_code == ErrorCode.NONE
+        resp = w.send(SaslAuthenticateRequest(auth_bytes=first), 2)
+        assert resp.error_code == ErrorCode.SASL_AUTHENTICATION_FAILED, resp
+        assert w.closed_within(5)
+        w.close()
+        principal = "User:alice" if mechanism == "PLAIN" else "User:nobody"
+        log = _wait_for_log(broker, f"Failed authentication with 127.0.0.1:{port} ")
+        lines = [line for line in log.splitlines() if f"127.0.0.1:{port} " in line or f"', {port})" in line]
+        assert len(lines) == 1, lines
+        assert " INFO " in lines[0] and (f"(listener SASL, mechanism {mechanism}, principal {principal}): {reason}"
+                                         in lines[0]), lines

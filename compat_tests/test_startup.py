@@ -271,3 +271,140 @@ def test_metrics_endpoint_binds_where_the_listener_binds(kbroker_factory):
 
     with pytest.raises(OSError):
         _socket.create_connection(("127.0.0.2", port), timeout=2).close()
+
+
+# ---- nodes of a quorum without a common cluster id; signals during start-up ----------------------------------
+
+
+def voter_overrides(tmp_path: Path, ports: dict[int, tuple[int, int]], node_id: int,
+                    cluster_id: str | None = None) -> dict[str, str]:
+    """The properties of combined node ``node_id`` of the quorum ``ports`` (node id -> (client port, controller
+    port)), with its data in ``tmp_path/node<id>``; ``cluster.id`` only when given."""
+    port, controller_port = ports[node_id]
+    props = {"node.id": str(node_id), "process.roles": "broker,controller",
+             "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}", "controller.listener.names": "CONTROLLER",
+             "controller.quorum.voters": ",".join(f"{i}@127.0.0.1:{c}" for i, (_, c) in ports.items()),
+             "log.dirs": str(tmp_path / f"node{node_id}")}
+    if cluster_id:
+        props["cluster.id"] = cluster_id
+    return props
+
+
+def spawn_kbroker(tmp_path: Path, overrides: dict[str, str], log_file: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "kbroker.cli.main"]
+    for k, v in overrides.items():
+        cmd += ["--override", f"{k}={v}"]
+    with open(log_file, "w") as out:
+        return subprocess.Popen(cmd, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=out,
+                                stderr=subprocess.STDOUT)
+
+
+def wait_for_line(log_file: Path, text: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = log_file.read_text()
+        if text in out:
+            return out
+        time.sleep(0.1)
+    raise AssertionError(f"no {text!r} within {timeout} s in:\n{log_file.read_text()}")
+
+
+def quorum_ports(n: int) -> dict[int, tuple[int, int]]:
+    return {i: (free_port(), free_port()) for i in range(1, n + 1)}
+
+
+@pytest.mark.kbroker_only("kbroker formats an unformatted directory itself; Kafka refuses to start on one at all")
+@pytest.mark.parametrize("voters", [2, 3])
+def test_voters_without_cluster_id_refuse_to_start(tmp_path, voters):
+    """Several voters, no cluster.id, unformatted storage: each node would make up its own cluster id and the
+    voters would refuse each other; instead each refuses to start at once with one line saying what to set."""
+    ports = quorum_ports(voters)
+    procs = {i: spawn_kbroker(tmp_path, voter_overrides(tmp_path, ports, i), tmp_path / f"node{i}.log")
+             for i in ports}
+    t0 = time.monotonic()
+    try:
+        codes = {i: p.wait(60) for i, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    assert time.monotonic() - t0 < 60
+    assert codes == {i: 1 for i in ports}
+    for i in ports:
+        line = one_error_line((tmp_path / f"node{i}.log").read_text())
+        assert "kbroker cannot start: no cluster.id and unformatted storage" in line, line
+        assert "set cluster.id, the same on every node" in line and "kbroker-storage format -t ID" in line, line
+        assert not (tmp_path / f"node{i}" / "meta.properties").exists(), "a refused start formatted the directory"
+
+
+@pytest.mark.kbroker_only("kbroker's start-up log lines")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_node_waiting_for_its_quorum_stops_on_signal(tmp_path, sig):
+    """One voter of three, the others never started: it waits for a quorum, and SIGTERM or SIGINT stops it at
+    once (not after the 120 s start-up bound), giving its directory lock back."""
+    ports = quorum_ports(3)
+    cluster_id = str(uuid.uuid4())
+    props = voter_overrides(tmp_path, ports, 1, cluster_id)
+    log_file = tmp_path / "node1.log"
+    proc = spawn_kbroker(tmp_path, props, log_file)
+    try:
+        wait_for_line(log_file, "metadata controller opened the log for the quorum", 60)
+        time.sleep(1.0)  # in the wait for the quorum (elections against absent voters)
+        assert proc.poll() is None
+        t0 = time.monotonic()
+        proc.send_signal(sig)
+        code = proc.wait(30)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    out = log_file.read_text()
+    assert took < 10, f"{sig.name} took {took:.1f} s to stop a node waiting for its quorum"
+    assert code == 0, out
+    assert "Traceback" not in out and " ERROR " not in out, out
+    assert f"{sig.name} during start-up: stopped before the start completed" in out, out
+    # the lock was given back: the same node starts again (and is stopped again while it waits)
+    proc = spawn_kbroker(tmp_path, props, log_file)
+    try:
+        wait_for_line(log_file, "metadata controller opened the log for the quorum", 60)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log_file.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.mark.kbroker_only("kbroker's WARN lines for INCONSISTENT_CLUSTER_ID")
+def test_voters_of_different_clusters_warn_once_per_peer(tmp_path):
+    """Two voters formatted with different cluster ids refuse each other's Raft requests (INCONSISTENT_CLUSTER_ID):
+    each says so at WARN, with both ids, once per peer and direction however many requests are refused."""
+    ports = quorum_ports(2)
+    ids = {1: str(uuid.uuid4()), 2: str(uuid.uuid4())}
+    logs = {i: tmp_path / f"node{i}.log" for i in ports}
+    procs = {i: spawn_kbroker(tmp_path, voter_overrides(tmp_path, ports, i, ids[i]), logs[i]) for i in ports}
+    try:
+        for i in ports:
+            wait_for_line(logs[i], "refused Vote request from node", 60)
+            wait_for_line(logs[i], "refused this node's Vote request with INCONSISTENT_CLUSTER_ID", 60)
+        time.sleep(5.0)  # several election rounds more (controller.quorum.election.timeout.ms 1000)
+        for p in procs.values():
+            p.send_signal(signal.SIGTERM)
+        codes = [p.wait(30) for p in procs.values()]
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    assert codes == [0, 0]
+    for i, peer in ((1, 2), (2, 1)):
+        warns = [line for line in logs[i].read_text().splitlines() if "INCONSISTENT_CLUSTER_ID" in line]
+        assert all(" WARNING " in line for line in warns), warns
+        inbound = [line for line in warns if f"refused Vote request from node {peer}" in line]
+        outbound = [line for line in warns if f"node {peer} refused this node's" in line]
+        assert len(inbound) == 1 and len(outbound) == 1, warns
+        assert f"it is of cluster {ids[peer]}, this node of cluster {ids[i]}" in inbound[0], inbound
+        assert ids[i] in outbound[0], outbound

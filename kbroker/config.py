@@ -7,9 +7,12 @@ snake_case attributes defined below for the keys kbroker uses most.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
+
+import jproperties
 
 #: Kafka's defaults of the ``ssl.*`` keys (read per listener by :mod:`kbroker.security.tls`)
 SSL_DEFAULTS: dict[str, str] = {
@@ -145,27 +148,52 @@ class ConfigException(ValueError):
     allowed (Kafka's ``ConfigException`` wording: ``Invalid value X for configuration K: ...``)."""
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java ``.properties`` text (``key=value`` or ``key: value``, ``#``/``!`` comments, ``\\`` continuations)."""
-    props: dict[str, str] = {}
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.strip() if not pending else raw.lstrip()
-        if not pending and (not line or line[0] in "#!"):
+#: a ``\\u`` escape not followed by four hex digits, after an even number of backslashes (an odd number escapes
+#: the backslash itself); Java's ``Properties.load`` rejects it ("Malformed \\uxxxx encoding")
+_MALFORMED_UNICODE_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u(?![0-9a-fA-F]{4})")
+
+
+class _JavaProperties(jproperties.Properties):
+    """jproperties' reader with every comment line skipped, as Java does (jproperties reads ``#:`` lines as
+    metadata and rejects some of them)."""
+
+    def _parse_comment(self) -> None:
+        self._getc()
+        self._skip_natural_line()
+
+
+def _check_unicode_escapes(text: str) -> None:
+    """Raise :class:`ConfigException` for a malformed ``\\uXXXX`` escape outside comment lines (jproperties reads
+    fewer than four hex digits, Java refuses them)."""
+    continued = False
+    for number, line in enumerate(re.split(r"\r\n|\r|\n", text), 1):
+        head = line.lstrip(" \t\f")
+        if not continued and (not head or head[0] in "#!"):
             continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending += line[:-1]
-            continue
-        line = pending + line
-        pending = ""
-        for i, ch in enumerate(line):
-            if ch in "=:":
-                key, value = line[:i].strip(), line[i + 1:].strip()
-                break
-        else:
-            key, value = line.strip(), ""
-        props[key] = value
-    return props
+        bad = _MALFORMED_UNICODE_ESCAPE.search(line)
+        if bad:
+            raise ConfigException(f"Malformed \\uxxxx encoding on line {number}: {line.strip()}")
+        continued = (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def parse_properties(text: str, *, trim_values: bool = True) -> dict[str, str]:
+    """Parse Java ``.properties`` text as ``java.util.Properties.load`` does: ``key=value``, ``key: value`` or
+    ``key value`` (whitespace separator), ``#``/``!`` comment lines, ``\\`` line continuations, ``\\uXXXX``,
+    ``\\t``/``\\n``/``\\r``/``\\f`` escapes and escaped ``=``, ``:`` and spaces in keys; a key given twice keeps its
+    last value. This is the one reader of the broker (``server.properties``, ``meta.properties``) and the tools
+    (``--command-config`` and the like); parsing is jproperties'.
+
+    ``trim_values`` strips whitespace around each value as Kafka's ``ConfigDef`` does when it parses a value
+    (``Properties.load`` itself keeps trailing whitespace; ``trim_values=False`` returns exactly what it reads).
+    Raises :class:`ConfigException` for text Java rejects (a malformed ``\\uXXXX`` escape)."""
+    _check_unicode_escapes(text)
+    reader = _JavaProperties()
+    try:
+        reader.load(text)
+    except jproperties.ParseError as exc:
+        raise ConfigException(f"Malformed properties text: {exc}") from None
+    values = {key: value for key, (value, _meta) in reader.items()}
+    return {key: value.strip() for key, value in values.items()} if trim_values else values
 
 
 @dataclass(frozen=True)
@@ -195,7 +223,7 @@ class BrokerConfig:
 
     @classmethod
     def from_file(cls, path: str | Path, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
-        props = parse_properties(Path(path).read_text())
+        props = parse_properties(Path(path).read_text(encoding="utf-8"))
         props.update(overrides or {})
         return cls(props)
 

@@ -20,9 +20,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from kbroker.config import ConfigException, parse_properties
 
 DEFAULT_TIMEOUT_S = 10.0
 """Bound on waiting for a broker: connection, metadata and each admin request."""
@@ -34,6 +37,16 @@ class CliError(Exception):
     def __init__(self, message: str, status: int = 1) -> None:
         super().__init__(message)
         self.status = status
+
+
+class AuthenticationError(CliError):
+    """The broker refused the tool's SASL credentials: ``Authentication failed: <the broker's reason>``, as Kafka's
+    tools report a ``SaslAuthenticationException``; reported at once, never as an unreachable broker."""
+
+    def __init__(self, reason: str, status: int = 1) -> None:
+        reason = reason.strip()
+        super().__init__(reason if reason.startswith("Authentication failed") else
+                         f"Authentication failed: {reason}", status)
 
 
 class ToolParser(argparse.ArgumentParser):
@@ -72,29 +85,17 @@ def run_tool(prog: str, body: Callable[[], int | None]) -> int:
 # ------------------------------------------------------------------------------------------ properties
 
 
-def parse_properties_text(text: str) -> dict[str, str]:
-    """Java ``.properties`` subset: ``key=value`` or ``key: value`` lines, ``#``/``!`` comments."""
-    out: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if cut < 0:
-            out[line] = ""
-        else:
-            out[line[:cut].strip()] = line[cut + 1:].strip()
-    return out
-
-
 def load_properties(path: str | None) -> dict[str, str]:
-    """Properties from ``path`` (``None``: empty); a missing or unreadable file is a :class:`CliError`."""
+    """Properties from ``path`` (``None``: empty), read as Java's ``Properties.load`` reads them
+    (:func:`kbroker.config.parse_properties`); a missing, unreadable or malformed file is a :class:`CliError`."""
     if not path:
         return {}
     try:
-        return parse_properties_text(Path(path).read_text())
+        return parse_properties(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise CliError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (ConfigException, UnicodeDecodeError) as exc:
+        raise CliError(f"cannot read {path}: {exc}") from None
 
 
 def parse_kv(items: Iterable[str], what: str = "property", strip_values: bool = True) -> dict[str, str]:
@@ -257,12 +258,41 @@ class _QuietLogger:
         return lambda msg, *a, **k: self.log(0, msg, *a, **k)
 
 
+#: the last SASL authentication failure librdkafka reported to a tool's client (its ``error_cb``), the broker's
+#: reason; :func:`check_reachable` turns it into an :class:`AuthenticationError`
+_auth_failure: list[str] = []
+#: the admin clients :func:`admin_client` made: :func:`result` serves their callbacks while it waits
+_admin_clients: list[Any] = []
+
+
+def _on_client_error(err: Any) -> None:
+    """``error_cb`` of the tools' librdkafka clients: keep the reason of a SASL authentication failure."""
+    from confluent_kafka import KafkaError
+
+    if err.code() == KafkaError._AUTHENTICATION:
+        text = err.str()
+        _, sep, reason = text.partition("SASL authentication error: ")
+        reason = (reason if sep else text).strip()
+        if reason.endswith(")") and " (after " in reason:  # librdkafka's "(after 101ms in state AUTH_REQ)"
+            reason = reason[:reason.rindex(" (after ")]
+        _auth_failure[:] = [reason]
+
+
+def raise_if_authentication_failed(client: Any) -> None:
+    """Serve ``client``'s pending callbacks (``poll(0)``: an admin client or producer, or a consumer not yet
+    subscribed) and raise :class:`AuthenticationError` if the broker refused its credentials."""
+    client.poll(0)
+    if _auth_failure:
+        raise AuthenticationError(_auth_failure[-1])
+
+
 def client_config(bootstrap: str | None, extra: Mapping[str, str] | None = None,
                   timeout: float | None = None) -> dict[str, Any]:
-    """librdkafka configuration for a tool: bootstrap servers, bounded socket timeouts, quiet logs."""
+    """librdkafka configuration for a tool: bootstrap servers, bounded socket timeouts, quiet logs, and an
+    ``error_cb`` that keeps a SASL authentication failure for :func:`check_reachable`."""
     timeout = timeout or timeout_from_env()
     conf: dict[str, Any] = {"socket.timeout.ms": int(timeout * 1000), "logger": _QuietLogger(),
-                            "socket.connection.setup.timeout.ms": int(timeout * 1000)}
+                            "socket.connection.setup.timeout.ms": int(timeout * 1000), "error_cb": _on_client_error}
     conf.update(to_librdkafka(extra or {}))
     if bootstrap:
         conf["bootstrap.servers"] = bootstrap
@@ -277,22 +307,33 @@ def admin_client(bootstrap: str | None, extra: Mapping[str, str] | None = None, 
     from confluent_kafka.admin import AdminClient
 
     try:
-        return AdminClient(client_config(bootstrap, extra, timeout))
+        admin = AdminClient(client_config(bootstrap, extra, timeout))
     except (KafkaException, ValueError, TypeError) as exc:
         raise CliError(f"invalid client configuration: {kafka_error_text(exc)}") from None
+    _admin_clients.append(admin)
+    return admin
 
 
 def check_reachable(client: Any, bootstrap: str, timeout: float | None = None) -> Any:
-    """One metadata round trip (``list_topics``); returns the metadata or raises a :class:`CliError` naming
-    the bootstrap servers when no broker answers within ``timeout`` seconds."""
+    """One metadata round trip (``list_topics``); returns the metadata, raises :class:`AuthenticationError` as
+    soon as the broker refuses the SASL credentials, else a :class:`CliError` naming the bootstrap servers when
+    no broker answers within ``timeout`` seconds. The wait is cut in growing slices (0.5 s, 1 s, 2 s...) so that
+    an authentication failure, which librdkafka reports through ``error_cb`` only, is seen within one."""
     from confluent_kafka import KafkaException
 
     timeout = timeout or timeout_from_env()
-    try:
-        return client.list_topics(timeout=timeout)
-    except KafkaException as exc:
-        raise CliError(f"cannot reach a broker at {bootstrap} within {timeout:g} s "
-                       f"({kafka_error_text(exc)})") from None
+    deadline = time.monotonic() + timeout
+    step = 0.5
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return client.list_topics(timeout=max(0.05, min(step, left)))
+        except KafkaException as exc:
+            raise_if_authentication_failed(client)
+            if time.monotonic() >= deadline:
+                raise CliError(f"cannot reach a broker at {bootstrap} within {timeout:g} s "
+                               f"({kafka_error_text(exc)})") from None
+        step *= 2
 
 
 def kafka_error_text(exc: BaseException) -> str:
@@ -313,14 +354,20 @@ def kafka_error_name(exc: BaseException) -> str:
 
 
 def result(future: Any, timeout: float | None = None) -> Any:
-    """``future.result(timeout)`` with a bound; a timeout is a :class:`CliError`."""
+    """``future.result(timeout)`` with a bound; a timeout is a :class:`CliError`, credentials the broker refused
+    an :class:`AuthenticationError` (within 0.5 s)."""
     import concurrent.futures
 
     timeout = timeout or timeout_from_env()
-    try:
-        return future.result(timeout=timeout)
-    except concurrent.futures.TimeoutError:
-        raise CliError(f"no answer from the broker within {timeout:g} s") from None
+    deadline = time.monotonic() + timeout
+    while True:  # in slices: a refused login is only reported through the clients' error_cb
+        try:
+            return future.result(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+        except concurrent.futures.TimeoutError:
+            for admin in _admin_clients:
+                raise_if_authentication_failed(admin)
+            if time.monotonic() >= deadline:
+                raise CliError(f"no answer from the broker within {timeout:g} s") from None
 
 
 # ------------------------------------------------------------------------------------------ output

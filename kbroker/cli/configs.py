@@ -47,7 +47,6 @@ from kbroker.cli._common import (
     admin_client,
     kafka_error_text,
     load_properties,
-    parse_properties_text,
     result,
     run_tool,
     wire_ssl_context,
@@ -180,11 +179,7 @@ def parse_add_config(text: str | None, file: str | None) -> dict[str, str]:
     """Kafka's ``--add-config`` syntax: ``k=v,k2=[a,b]`` (commas inside [] belong to the value)."""
     out: dict[str, str] = {}
     if file:
-        try:
-            with open(file) as fh:
-                out.update(parse_properties_text(fh.read()))
-        except OSError as exc:
-            raise CliError(f"cannot read {file}: {exc.strerror or exc}") from None
+        out.update(load_properties(file))
     if text:
         lookahead = r"(?=[^\]]*(?:\[|$))"
         for item in re.split("," + lookahead, text):

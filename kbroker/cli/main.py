@@ -17,9 +17,10 @@ import asyncio
 import logging
 import signal
 import sys
+from typing import Any
 
 from kbroker.cli._common import add_version
-from kbroker.config import BrokerConfig
+from kbroker.config import BrokerConfig, ConfigException
 
 EMBEDDED_DEFAULTS = {
     "process.roles": "broker,controller",
@@ -48,6 +49,10 @@ def _install_loop_policy() -> None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
+#: how long a start interrupted by SIGTERM/SIGINT may take to unwind (its cancelled steps) before the process exits
+STOP_DURING_START_TIMEOUT_S = 5.0
+
+
 class StartupError(Exception):
     """The broker could not start; the message is the one line the operator sees."""
 
@@ -62,11 +67,21 @@ def describe_failure(exc: BaseException) -> str:
 
 async def run_broker(config: BrokerConfig) -> None:
     """Start a broker and run until SIGTERM/SIGINT. A failure to start raises :class:`StartupError` after
-    releasing what was taken (listeners, directory locks); nothing is flushed or marked clean then."""
+    releasing what was taken (listeners, directory locks); nothing is flushed or marked clean then. SIGTERM or
+    SIGINT during start-up (say, while waiting for the quorum) abandons the start the same way and returns."""
     from kbroker.server.broker import Broker
 
     stop = asyncio.Event()
+    signalled: list[str] = []
     loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        signalled.append(sig.name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    stopping = loop.create_task(stop.wait())
     broker = None
     try:
         from kbroker.controller.config_def import validate_listeners, validate_server_config
@@ -75,22 +90,42 @@ async def run_broker(config: BrokerConfig) -> None:
             logging.getLogger("kbroker.config").warning("%s", warning)
         validate_listeners(config.props)
         broker = Broker(config)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await broker.start()
+        starting = loop.create_task(broker.start())
+        await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            starting.cancel()
+            await asyncio.wait([starting], timeout=STOP_DURING_START_TIMEOUT_S)
+            await _abandon_start(broker)
+            logging.getLogger("kbroker").info("%s during start-up: stopped before the start completed",
+                                              signalled[0] if signalled else "stop signal")
+            return
+        starting.result()
     except Exception as exc:
+        stopping.cancel()
         if broker is not None:
-            broker.abort_start()
+            await _abandon_start(broker)
         raise StartupError(describe_failure(exc)) from exc
     print(f"kbroker started (kbroker node {broker.node_id}) listening on "
           + ", ".join(f"{k}:{v}" for k, v in broker.bound_ports.items()), file=sys.stderr, flush=True)
-    stopping = loop.create_task(stop.wait())
     assert broker.fatal_error is not None
     await asyncio.wait([stopping, broker.fatal_error], return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()
     await broker.stop()
     if broker.fatal_error.done():
         raise RuntimeError(f"shutting down: {broker.fatal_error.result()}")
+
+
+async def _abandon_start(broker: Any) -> None:
+    """Undo a start that failed or was interrupted: stop the metadata quorum's tasks (its Raft loop ends on its own
+    flag, as a cancellation alone may be lost in a ``wait_for`` that completes at the same moment), then
+    :meth:`Broker.abort_start` (listeners, tasks, directory locks)."""
+    quorum = broker.metadata_quorum
+    if quorum is not None:
+        try:
+            await asyncio.wait_for(quorum.stop(), STOP_DURING_START_TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - a half-started quorum: the process exits anyway
+            logging.getLogger("kbroker").debug("stopping the metadata quorum of an abandoned start", exc_info=exc)
+    broker.abort_start()
 
 
 def _setup_logging(level: str) -> None:
@@ -130,6 +165,9 @@ def _start(config: BrokerConfig, log_level: str) -> int:
         log.debug("start-up failure", exc_info=exc.__cause__)
         log.error("kbroker cannot start: %s", exc)
         return 1
+    except KeyboardInterrupt:  # SIGINT before the broker's own handlers were installed
+        log.info("SIGINT during start-up: stopped before the start completed")
+        return 130
     except Exception as exc:  # a failure after start-up: still one line, the traceback at DEBUG
         log.debug("fatal error", exc_info=exc)
         log.error("kbroker stopped on a fatal error: %s", describe_failure(exc))
@@ -150,6 +188,9 @@ def server_start(argv: list[str] | None = None) -> int:
         config = BrokerConfig.from_file(args.config, _parse_overrides(args.override))
     except OSError as exc:
         print(f"kbroker-server-start: cannot read {args.config}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except (ConfigException, UnicodeDecodeError) as exc:
+        print(f"kbroker-server-start: cannot read {args.config}: {exc}", file=sys.stderr)
         return 2
     return _start(config, args.log_level)
 

@@ -66,7 +66,7 @@ def _controller_identity(props: dict[str, str]) -> tuple[int, str, bytes, list[t
     from pathlib import Path
 
     from kbroker.cli._wire import split_hostport
-    from kbroker.config import parse_properties
+    from kbroker.config import ConfigException, parse_properties
     from kbroker.controller.uuids import uuid_from_str
 
     if not props.get("node.id", "").strip().lstrip("-").isdigit():
@@ -80,6 +80,8 @@ def _controller_identity(props: dict[str, str]) -> tuple[int, str, bytes, list[t
     except OSError as exc:
         raise CliError(f"cannot read {meta} ({exc.strerror}): start the new controller first, so that its "
                        f"metadata directory is formatted") from None
+    except ConfigException as exc:
+        raise CliError(f"cannot read {meta}: {exc}") from None
     try:
         directory_id = uuid_from_str(stored.get("directory.id", ""))
     except ValueError:

@@ -36,6 +36,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from kbroker.config import ConfigException, parse_properties
 from kbroker.controller.uuids import random_uuid, uuid_to_str
 
 #: Restarts of one child allowed within RESTART_WINDOW_S seconds before the node gives up.
@@ -95,14 +96,10 @@ def data_dir(base: str, node_id: int) -> str:
 
 def _existing_cluster_id(path: str) -> str | None:
     try:
-        with open(os.path.join(path, "meta.properties")) as f:
-            for line in f:
-                key, sep, value = line.strip().partition("=")
-                if sep and key.strip() == "cluster.id":
-                    return value.strip()
-    except OSError:
+        with open(os.path.join(path, "meta.properties"), encoding="utf-8") as f:
+            return parse_properties(f.read()).get("cluster.id") or None
+    except (OSError, UnicodeDecodeError, ConfigException):
         return None
-    return None
 
 
 def node_properties(props: dict[str, str], processes: int) -> list[dict[str, str]]:

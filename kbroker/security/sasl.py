@@ -92,6 +92,8 @@ class MechanismServer:
 
     complete = False
     username: str | None = None
+    #: the user name the client claimed, known before the credentials are checked (for the log of a failure)
+    claimed: str | None = None
 
     def step(self, token: bytes) -> bytes:
         raise NotImplementedError
@@ -111,6 +113,7 @@ class PlainServer(MechanismServer):
             authzid, user, password = (p.decode("utf-8") for p in parts)
         except UnicodeDecodeError:
             raise AuthenticationFailed("Invalid SASL/PLAIN response: not UTF-8") from None
+        self.claimed = user or None
         if not user:
             raise AuthenticationFailed("Authentication failed: username not specified")
         if not password:
@@ -166,7 +169,7 @@ class ScramServer(MechanismServer):
         try:
             if self._stage == 0:
                 m = re.search(r"(?:^|,)n=([^,]*)", text.split(",", 2)[2] if text.count(",") >= 2 else "")
-                self._user = _scram_unescape(m.group(1)) if m else None
+                self._user = self.claimed = _scram_unescape(m.group(1)) if m else None
                 self._server.set_client_first(text)
                 self._stage = 1
                 return self._server.get_server_first().encode()
@@ -263,6 +266,13 @@ class SaslAuthenticator:
     @property
     def authenticated(self) -> bool:
         return self.state is SaslState.AUTHENTICATED
+
+    @property
+    def claimed_principal(self) -> str | None:
+        """``User:<name>`` the client claimed in the exchange under way or just failed (None before it named one,
+        or for a mechanism that names none before its credentials are checked)."""
+        claimed = self._server.claimed if self._server is not None else None
+        return f"User:{claimed}" if claimed else self.principal
 
     def allows(self, api_key: int) -> bool:
         """May a request of ``api_key`` be handled now (before authentication only the SASL ones and

@@ -63,6 +63,13 @@ _SIZE = struct.Struct(">i")
 INT_MAX = 2**31 - 1
 
 
+def _address(peer: tuple[Any, ...] | None) -> str:
+    """``host:port`` of a peer name (``?`` when unknown)."""
+    if not peer:
+        return "?"
+    return f"[{peer[0]}]:{peer[1]}" if ":" in str(peer[0]) else f"{peer[0]}:{peer[1]}"
+
+
 class CloseConnection(Exception):
     """Raised by request processing when Kafka would close the connection (no response is sent)."""
 
@@ -271,9 +278,10 @@ class KafkaConnection(asyncio.Protocol):
             reauth = max(1, min(reauth, expires - int(time.time() * 1000)))
         return reauth
 
-    async def _raw_sasl_token(self, frame: bytes) -> None:
+    async def _raw_sasl_token(self, frame: bytes) -> bool:
         """A SASL token as a bare frame (after a v0 SaslHandshake): answered with the server's token, size-
-        prefixed; a failed authentication closes the connection without an answer (Kafka's v0 flow)."""
+        prefixed; a failed authentication is logged and False returned: the connection is closed without an
+        answer (Kafka's v0 flow)."""
         from kbroker.security.sasl import AuthenticationFailed
 
         if len(frame) > self.sasl.config.max_receive_size:
@@ -281,11 +289,21 @@ class KafkaConnection(asyncio.Protocol):
         try:
             token = self.sasl.authenticate(bytes(frame))
         except AuthenticationFailed as exc:
+            self.log_failed_authentication(exc)
             await asyncio.sleep(self.sasl.config.failed_delay_s)
-            raise CloseConnection(f"authentication failed: {exc}") from None
+            return False
         if self.sasl.authenticated:
             self.authenticated(self.sasl.principal)
         await self._write_response([token])
+        return True
+
+    def log_failed_authentication(self, exc: BaseException) -> None:
+        """One INFO line per failed SASL authentication (Kafka logs each one at INFO, as ``Failed authentication
+        with <address> ...``): the client's address, listener, mechanism, the principal it claimed, the reason."""
+        sasl = self.sasl
+        log.info("Failed authentication with %s (listener %s, mechanism %s, principal %s): %s",
+                      _address(self.peer), self.listener_name, sasl.mechanism if sasl else None,
+                      (sasl.claimed_principal if sasl else None) or "unknown", exc)
 
     # ---- client quotas (KIP-219) ----
     def throttle(self, seconds: float, client_side: bool) -> None:
@@ -336,7 +354,9 @@ class KafkaConnection(asyncio.Protocol):
                     self.transport.resume_reading()
                 try:
                     if self.sasl is not None and self.sasl.raw_tokens:
-                        await self._raw_sasl_token(frame)
+                        if not await self._raw_sasl_token(frame):
+                            self.close()  # a failed authentication (logged)
+                            return
                         chunks = None
                     else:
                         chunks = await self.broker.apis.handle_frame(self, frame)
@@ -351,8 +371,7 @@ class KafkaConnection(asyncio.Protocol):
                     await self._write_response(chunks)
                 if throttle is not None and throttle[1]:
                     await self._mute(throttle[0])
-                if self.close_after_response:
-                    log.info("closing connection from %s after a failed authentication", self.peer)
+                if self.close_after_response:  # a failed authentication (logged by log_failed_authentication)
                     self.close()
                     return
                 self.last_request_at = time.monotonic()

@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+from kbroker.config import parse_properties
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -55,23 +56,13 @@ TopicPartition = tuple[str, int]
 
 
 def read_meta_properties(dir: Path) -> dict[str, str] | None:
-    """Parse ``<dir>/meta.properties`` (Java properties: ``key=value``, ``#`` comments) into a dict; None if
-    the file does not exist. Keys: ``version``, ``cluster.id``, ``node.id``, ``directory.id``."""
+    """Parse ``<dir>/meta.properties`` (Java properties, :func:`kbroker.config.parse_properties`) into a dict;
+    None if the file does not exist. Keys: ``version``, ``cluster.id``, ``node.id``, ``directory.id``."""
     try:
         text = (Path(dir) / META_PROPERTIES_FILE).read_text("utf-8")
     except FileNotFoundError:
         return None
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        for sep in ("=", ":"):
-            if sep in line:
-                k, _, v = line.partition(sep)
-                out[k.strip()] = v.strip()
-                break
-    return out
+    return parse_properties(text)
 
 
 def write_meta_properties(

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 
 from kbroker.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
+#: the authorizer's decisions (Kafka's ``kafka.authorizer.logger``): a denial at INFO, an allowed operation at DEBUG
+authorizer_log = logging.getLogger("kbroker.authorizer")
+#: an identical denial (same principal, operation, host, resource and request type) is logged at most once per this
+#: many seconds; the next line says how many were left out (a client retrying a refused request is no flood)
+DENIAL_LOG_INTERVAL_S = 10.0
+#: denial line -> (monotonic time it was last logged, identical denials left out since)
+_recent_denials: dict[str, list[float]] = {}
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME_LENGTH = 249
@@ -137,25 +145,84 @@ def _forwarded_by_node(ctx, authorizer) -> bool:  # noqa: ANN001
         principal_of(ctx), AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME, client_host(ctx))
 
 
-def authorize(ctx, operation: int, resource_type: int, name: str) -> bool:  # noqa: ANN001
+def _camel(name: str) -> str:
+    """``TRANSACTIONAL_ID`` -> ``TransactionalId`` (Kafka's names of resource types and request types)."""
+    return "".join(word.capitalize() for word in name.split("_"))
+
+
+def log_decision(ctx, allowed: bool, operation: int, resource_type: int, names,  # noqa: ANN001
+                 log_denied: bool = True) -> None:
+    """One line per resource on the ``kbroker.authorizer`` logger, in the shape of Kafka's authorizer log:
+    ``Principal = User:alice is Denied operation = WRITE from host = 127.0.0.1 on resource = Topic:LITERAL:t for
+    request = Produce``; a denial at INFO (unless ``log_denied`` is False: a check with a fallback, or a listing
+    that only filters), an allowed operation at DEBUG."""
+    if allowed:
+        if not authorizer_log.isEnabledFor(logging.DEBUG):
+            return
+        level = logging.DEBUG
+    else:
+        if not log_denied or not authorizer_log.isEnabledFor(logging.INFO):
+            return
+        level = logging.INFO
+    from kbroker.protocol.api_keys import ApiKey
+    from kbroker.server.authorizer import AclOperation, ResourceType
+
+    try:
+        request = _camel(ApiKey(ctx.header.api_key).name)
+    except ValueError:
+        request = str(ctx.header.api_key)
+    for name in sorted(names):
+        line = (f"Principal = {principal_of(ctx)} is {'Allowed' if allowed else 'Denied'} operation = "
+                f"{AclOperation(operation).name} from host = {client_host(ctx) or '?'} on resource = "
+                f"{_camel(ResourceType(resource_type).name)}:LITERAL:{name} for request = {request}")
+        if not allowed:
+            line = _rate_limited(line)
+            if line is None:
+                continue
+        authorizer_log.log(level, "%s", line)
+
+
+def _rate_limited(line: str) -> str | None:
+    """``line`` to log now (with how many identical ones were left out before it), or None within
+    ``DENIAL_LOG_INTERVAL_S`` of the last identical one."""
+    now = time.monotonic()
+    seen = _recent_denials.get(line)
+    if seen is not None and now - seen[0] < DENIAL_LOG_INTERVAL_S:
+        seen[1] += 1
+        return None
+    if len(_recent_denials) >= 1000:  # bounded: forget what was not repeated lately
+        for key in [k for k, (at, _) in _recent_denials.items() if now - at >= DENIAL_LOG_INTERVAL_S]:
+            del _recent_denials[key]
+        if len(_recent_denials) >= 1000:
+            _recent_denials.clear()
+    left_out = int(seen[1]) if seen is not None else 0
+    _recent_denials[line] = [now, 0]
+    return f"{line} ({left_out} identical denials not logged since the last one)" if left_out else line
+
+
+def authorize(ctx, operation: int, resource_type: int, name: str, log_denied: bool = True) -> bool:  # noqa: ANN001
     """Whether the caller may perform ``operation`` (an ``AclOperation`` code) on the resource (``ResourceType``
     code, name; ``kafka-cluster`` for the cluster), asked of ``authorizer.class.name`` with the connection's
     principal and the client's IP address. Always true without an authorizer, as in Kafka. A request forwarded
-    by another node passes when that node's principal has CLUSTER_ACTION (:func:`_forwarded_by_node`)."""
+    by another node passes when that node's principal has CLUSTER_ACTION (:func:`_forwarded_by_node`). A denial
+    is logged (:func:`log_decision`) unless ``log_denied`` is False (the caller falls back to another check)."""
     authorizer = ctx.broker.authorizer
     if authorizer is None:
         return True
     from kbroker.server.authorizer import AclOperation, ResourceType
 
-    if authorizer.authorize(principal_of(ctx), AclOperation(operation), ResourceType(resource_type), name,
-                            client_host(ctx)):
-        return True
-    return _forwarded_by_node(ctx, authorizer)
+    allowed = authorizer.authorize(principal_of(ctx), AclOperation(operation), ResourceType(resource_type), name,
+                                   client_host(ctx)) or _forwarded_by_node(ctx, authorizer)
+    log_decision(ctx, allowed, operation, resource_type, (name,), log_denied)
+    return allowed
 
 
-def authorized_names(ctx, operation: int, resource_type: int, names) -> set[str]:  # noqa: ANN001
+def authorized_names(ctx, operation: int, resource_type: int, names,  # noqa: ANN001
+                     log_denied: bool = True) -> set[str]:
     """The names among ``names`` on which the caller may perform ``operation`` (Kafka's ``filterByAuthorized``;
-    each distinct name is asked once). Without an authorizer: all of them."""
+    each distinct name is asked once). Without an authorizer: all of them. Each denied name is logged
+    (:func:`log_decision`) unless ``log_denied`` is False (a listing of everything, filtered to what the caller
+    may see, as Kafka's Metadata of all topics and ListGroups do not log)."""
     wanted = set(names)
     authorizer = ctx.broker.authorizer
     if authorizer is None or not wanted:
@@ -166,7 +233,10 @@ def authorized_names(ctx, operation: int, resource_type: int, names) -> set[str]
     op, rtype = AclOperation(operation), ResourceType(resource_type)
     allowed = {n for n in wanted if authorizer.authorize(principal, op, rtype, n, host)}
     if len(allowed) < len(wanted) and _forwarded_by_node(ctx, authorizer):
-        return wanted
+        allowed = wanted
+    log_decision(ctx, True, operation, resource_type, allowed)
+    if len(allowed) < len(wanted):
+        log_decision(ctx, False, operation, resource_type, wanted - allowed, log_denied)
     return allowed
 
 
@@ -212,12 +282,12 @@ def refused_config_resources(ctx, operation: int, resources, result_type) -> dic
     return refused
 
 
-def cluster_authorized(ctx, operation: int) -> bool:  # noqa: ANN001
+def cluster_authorized(ctx, operation: int, log_denied: bool = True) -> bool:  # noqa: ANN001
     """Whether the caller may perform ``operation`` (an ``AclOperation`` code) on the CLUSTER resource
-    (``kafka-cluster``): :func:`authorize` on the cluster."""
+    (``kafka-cluster``): :func:`authorize` on the cluster (``log_denied`` False for a check with a fallback)."""
     from kbroker.server.authorizer import CLUSTER_NAME
 
-    return authorize(ctx, operation, 4, CLUSTER_NAME)
+    return authorize(ctx, operation, 4, CLUSTER_NAME, log_denied)
 
 
 def cluster_denied(ctx, operation: int) -> bool:  # noqa: ANN001

@@ -122,7 +122,7 @@ async def handle(ctx, request: CreateTopicsRequest) -> R:
 
     counts = Counter(t.name for t in request.topics)
     refused = {}
-    if not common.cluster_authorized(ctx, AclOperation.CREATE):
+    if not common.cluster_authorized(ctx, AclOperation.CREATE, log_denied=False):
         single = [t.name for t in request.topics if counts[t.name] == 1 and t.name != "__cluster_metadata"]
         creatable = common.authorized_names(ctx, AclOperation.CREATE, ResourceType.TOPIC, single)
         refused = {i: R.CreatableTopicResult(name=t.name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,

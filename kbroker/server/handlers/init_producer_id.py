@@ -50,9 +50,11 @@ async def handle(ctx, request: InitProducerIdRequest) -> InitProducerIdResponse:
             if not common.authorize(ctx, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID,
                                     request.transactional_id):
                 return _error(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        elif not (common.cluster_authorized(ctx, AclOperation.IDEMPOTENT_WRITE)
+        elif not (common.cluster_authorized(ctx, AclOperation.IDEMPOTENT_WRITE, log_denied=False)
                   or common.authorize_any_topic(ctx, AclOperation.WRITE)):
-            return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)  # KIP-679: IDEMPOTENT_WRITE or WRITE on a topic
+            # KIP-679: IDEMPOTENT_WRITE or WRITE on a topic; the denial is logged once, for IDEMPOTENT_WRITE
+            common.log_decision(ctx, False, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, ("kafka-cluster",))
+            return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     tc = ctx.broker.transaction_coordinator
     quorum = ctx.broker.metadata_quorum
     if quorum is not None and tc.producer_id_manager.exhausted:

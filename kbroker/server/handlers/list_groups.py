@@ -23,8 +23,10 @@ async def handle(ctx, request: ListGroupsRequest) -> ListGroupsResponse:
     states = {s.lower() for s in request.states_filter} if version >= 4 and request.states_filter else None
     types = {t.lower() for t in request.types_filter} if version >= 5 and request.types_filter else None
     error, groups = await ctx.broker.group_coordinator.list_groups(states, types)
-    if ctx.broker.authorizer is not None and not common.cluster_authorized(ctx, AclOperation.DESCRIBE):
-        allowed = common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, [g.group_id for g in groups])
+    if ctx.broker.authorizer is not None and not common.cluster_authorized(ctx, AclOperation.DESCRIBE,
+                                                                           log_denied=False):
+        allowed = common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.GROUP, [g.group_id for g in groups],
+                                          log_denied=False)
         groups = [g for g in groups if g.group_id in allowed]
     groups.sort(key=lambda g: g.group_id)
     return ListGroupsResponse(error_code=error, groups=groups)

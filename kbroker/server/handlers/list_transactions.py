@@ -28,6 +28,6 @@ async def handle(ctx, request: ListTransactionsRequest) -> ListTransactionsRespo
         request.transactional_id_pattern if version >= 2 else None)
     if ctx.broker.authorizer is not None:  # only the ids the caller may DESCRIBE, as Kafka
         allowed = common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
-                                          [s.transactional_id for s in resp.transaction_states])
+                                          [s.transactional_id for s in resp.transaction_states], log_denied=False)
         resp.transaction_states = [s for s in resp.transaction_states if s.transactional_id in allowed]
     return resp

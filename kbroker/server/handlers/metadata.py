@@ -86,14 +86,14 @@ def _authorize(ctx, image, wanted: list, all_topics: bool, auto_create: bool) ->
         return name
 
     names = [n for name, tid in wanted if (n := name_of(name, tid)) is not None]
-    allowed = common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+    allowed = common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC, names, log_denied=not all_topics)
     if all_topics:
         return [(n, tid) for n, tid in wanted if n in allowed], {}
     denied = {n: False for n in names if n not in allowed}
     if auto_create:
         missing = [n for n in names if n in allowed and n not in image.topics_by_name
                    and common.valid_topic_name(n)]
-        if missing and not common.cluster_authorized(ctx, AclOperation.CREATE):
+        if missing and not common.cluster_authorized(ctx, AclOperation.CREATE, log_denied=False):
             creatable = common.authorized_names(ctx, AclOperation.CREATE, ResourceType.TOPIC, missing)
             denied.update((n, True) for n in missing if n not in creatable)
     return [(n if tid is None or tid == ZERO_UUID else name_of(n, tid) or n, tid) for n, tid in wanted], denied

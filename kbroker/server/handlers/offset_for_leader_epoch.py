@@ -44,7 +44,8 @@ async def handle(ctx, request: OffsetForLeaderEpochRequest) -> R:
     rm = ctx.broker.replica_manager
     resp = R()
     allowed = None  # the topics the caller may ask about (None: all)
-    if ctx.broker.authorizer is not None and not common.cluster_authorized(ctx, AclOperation.CLUSTER_ACTION):
+    if ctx.broker.authorizer is not None and not common.cluster_authorized(ctx, AclOperation.CLUSTER_ACTION,
+                                                                           log_denied=False):
         # a follower has CLUSTER_ACTION; a consumer (KIP-320) needs DESCRIBE on the topic, as in Kafka
         allowed = common.authorized_names(ctx, AclOperation.DESCRIBE, ResourceType.TOPIC,
                                           [t.topic for t in request.topics])

@@ -29,6 +29,7 @@ async def handle(ctx, request: SaslAuthenticateRequest) -> SaslAuthenticateRespo
     try:
         token = sasl.authenticate(bytes(request.auth_bytes))
     except AuthenticationFailed as exc:
+        conn.log_failed_authentication(exc)
         await asyncio.sleep(sasl.config.failed_delay_s)
         conn.close_after_response = True
         return SaslAuthenticateResponse(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=str(exc),
