@@ -239,9 +239,6 @@ class ReplicaManager:
         self._background: set[asyncio.Task[None]] = set()
         self._partition_listeners: list[Any] = []
         self._create_lock = asyncio.Lock()
-        #: transaction markers appended by this node's coordinator and not yet on every in-sync replica:
-        #: (topic, partition, producer id, producer epoch, commit) -> (partition, marker offset)
-        self.marker_waits: dict[tuple[str, int, int, int, bool], tuple[Partition, int]] = {}
         #: followers fetching from leaders, and ISR changes to the controller (a cluster only; see start())
         self.fetcher_manager: Any = None
         self.alter_partition_manager: Any = None

@@ -9,12 +9,15 @@
 * Follows the metadata image: partitions this node leads are loaded (replayed from the log start), the others
   unloaded. The coordinator epoch written into markers is the partition's leader epoch.
 * **Markers.** Once a PrepareCommit/PrepareAbort record is durable (EndTxn, a fencing InitProducerId, a
-  timeout, or a shard loaded with such a transaction), the coordinator writes a COMMIT/ABORT marker to every
-  partition of the transaction through ``marker_writer`` (the broker calls its replica manager directly, and
-  the group coordinator for ``__consumer_offsets``), then the CompleteCommit/CompleteAbort record. Partitions
-  that fail with a retriable error are retried every :data:`MARKER_RETRY_MS`; a deleted topic counts as done.
-  With the default ``kbroker.transaction.marker.delay.ms`` of 0 this all happens before EndTxn is answered; a
-  positive delay (tests only) spreads the markers out to open a window for crash tests.
+  timeout, or a shard loaded with such a transaction), the coordinator hands a COMMIT/ABORT marker for every
+  partition of the transaction to ``marker_writer`` at once (the broker appends those it leads directly and
+  sends the others with one WriteTxnMarkers request per destination broker, see
+  :mod:`kbroker.server.handlers.write_txn_markers`); each answer arrives through a callback, and once the last
+  partition is answered the CompleteCommit/CompleteAbort record is written. No polling: a partition that fails
+  with a retriable error is sent again after a backoff (:data:`MARKER_RETRY_BACKOFF_MS`, doubling up to
+  :data:`MARKER_RETRY_BACKOFF_MAX_MS`), to the leader found then; a deleted topic counts as done, errors that
+  retrying cannot fix are logged and the partition given up. A positive ``kbroker.transaction.marker.delay.ms``
+  (tests only) writes the markers one at a time with that pause between them, to open a window for crash tests.
 """
 
 from __future__ import annotations
@@ -50,27 +53,40 @@ from kbroker.protocol.messages import DescribeTransactionsResponse, ListTransact
 log = logging.getLogger(__name__)
 
 TRANSACTION_COORDINATOR_SERDE = CoordinatorRecordSerde((cr.TransactionLogKey, cr.TransactionLogValue))
+#: retry of writing a CompleteCommit/CompleteAbort record that failed (ms)
 MARKER_RETRY_MS = 200
-#: how often a marker appended here is checked for being on every in-sync replica (ms)
-MARKER_REPLICATION_POLL_MS = 10
+#: first backoff before a marker that failed with a retriable error is sent again (ms; Kafka's retry.backoff.ms)
+MARKER_RETRY_BACKOFF_MS = 100
+#: the backoff doubles per attempt up to this (ms)
+MARKER_RETRY_BACKOFF_MAX_MS = 1000
+#: at most one INFO line per this many ms about markers being retried (the others are counted, and at DEBUG)
+MARKER_RETRY_LOG_INTERVAL_MS = 10_000
 
-#: marker_writer(topic, partition, producer_id, producer_epoch, coordinator_epoch, commit, transaction_version)
-#: -> error code (transaction_version 2: the partition checks the marker with the version 2 epoch rule)
-MarkerWriter = Callable[[str, int, int, int, int, bool, int], int]
+#: marker_writer(topic, partition, producer_id, producer_epoch, coordinator_epoch, commit, transaction_version,
+#: done) -> the error code when known at once, or None when ``done(error code)`` is called later (once).
+#: transaction_version 2: the partition checks the marker with the version 2 epoch rule
+MarkerWriter = Callable[[str, int, int, int, int, bool, int, Callable[[int], None]], "int | None"]
 
 #: marker results after which the partition needs no marker any more
 _MARKER_DONE = {ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
 #: marker results that retrying cannot fix (logged; the partition is given up)
 _MARKER_FATAL = {ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED,
                  ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
-                 ErrorCode.INVALID_TXN_STATE}
+                 ErrorCode.INVALID_TXN_STATE, ErrorCode.CLUSTER_AUTHORIZATION_FAILED}
 
 
 @dataclass(eq=False)
 class _MarkerJob:
+    """The markers of one transaction in PrepareX: ``remaining`` partitions not yet answered with a final
+    result, of which ``in_flight`` are sent and awaiting their answer."""
+
     partition: int
     completion: PendingCompletion
-    remaining: list[tuple[str, int]] = field(default_factory=list)
+    remaining: set[tuple[str, int]] = field(default_factory=set)
+    in_flight: set[tuple[str, int]] = field(default_factory=set)
+    #: partition -> retriable failures so far (the backoff doubles per failure)
+    attempts: dict[tuple[str, int], int] = field(default_factory=dict)
+    completing: bool = False
 
 
 class TransactionCoordinator:
@@ -96,6 +112,8 @@ class TransactionCoordinator:
         self._prepared: deque[tuple[int, PendingCompletion]] = deque()
         self._drain_scheduled = False
         self._jobs: dict[str, _MarkerJob] = {}
+        #: (time in ms of the last INFO line about a retried marker, retries not logged at INFO since)
+        self._retry_log = (-MARKER_RETRY_LOG_INTERVAL_MS, 0)
 
     #: how long a write waits for the in-sync replicas before the answer is COORDINATOR_NOT_AVAILABLE
     commit_timeout_ms = 5000
@@ -337,50 +355,94 @@ class TransactionCoordinator:
         self._drain_scheduled = False
         while self._prepared:
             partition, completion = self._prepared.popleft()
-            job = _MarkerJob(partition, completion, list(completion.partitions))
+            job = _MarkerJob(partition, completion, set(completion.partitions))
             self._jobs[completion.transactional_id] = job
-            self._advance(job)
+            self._send_markers(job)
 
-    def _advance(self, job: _MarkerJob) -> None:
-        c = job.completion
-        if self._jobs.get(c.transactional_id) is not job:
+    def _current(self, job: _MarkerJob) -> bool:
+        return self._jobs.get(job.completion.transactional_id) is job
+
+    def _send_markers(self, job: _MarkerJob, only: tuple[str, int] | None = None) -> None:
+        """Hand every remaining partition not in flight (or just ``only``) to the marker writer; completes the
+        transaction when none is left."""
+        if not self._current(job):
             return  # unloaded, or superseded by a newer completion
-        while job.remaining:
-            topic, partition = job.remaining[0]
+        c = job.completion
+        if only is not None:
+            todo = [only] if only in job.remaining and only not in job.in_flight else []
+        else:
+            todo = sorted(job.remaining - job.in_flight)
+            if self.config.marker_delay_ms > 0:  # tests: one at a time, paced by _on_marker
+                todo = todo[:1] if not job.in_flight else []
+        for tp in todo:
+            job.in_flight.add(tp)
             try:
-                error = self.marker_writer(topic, partition, c.producer_id, c.producer_epoch, c.coordinator_epoch,
-                                           c.commit, c.transaction_version)
+                error = self.marker_writer(tp[0], tp[1], c.producer_id, c.producer_epoch, c.coordinator_epoch,
+                                           c.commit, c.transaction_version,
+                                           lambda code, tp=tp: self._on_marker(job, tp, code))
             except Exception:
-                log.exception("writing a marker to %s-%d failed", topic, partition)
+                log.exception("writing a marker to %s-%d failed", *tp)
                 error = ErrorCode.UNKNOWN_SERVER_ERROR
-            if error in _MARKER_DONE or error in _MARKER_FATAL:
-                if error in _MARKER_FATAL:
-                    log.error("transactional id %s: %s marker for %s-%d refused with %s; giving up on it",
-                              c.transactional_id, "COMMIT" if c.commit else "ABORT", topic, partition,
-                              ErrorCode(error).name)
-                job.remaining.pop(0)
-                if job.remaining and self.config.marker_delay_ms > 0:
-                    self.scheduler.call_later(self.config.marker_delay_ms, lambda: self._advance(job))
-                    return
-                continue
-            (log.debug if error == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND else log.info)(
-                "transactional id %s: marker for %s-%d: %s; retrying", c.transactional_id, topic, partition,
-                ErrorCode(error).name)
-            # a marker waiting for the in-sync replicas is asked after again soon; other failures back off
-            delay = MARKER_REPLICATION_POLL_MS if error == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND else MARKER_RETRY_MS
-            self.scheduler.call_later(delay, lambda: self._advance(job))
+            if error is not None:
+                self._on_marker(job, tp, error, immediate=True)
+        if not job.remaining:
+            self._complete(job)
+
+    def _on_marker(self, job: _MarkerJob, tp: tuple[str, int], error: int, immediate: bool = False) -> None:
+        """The answer for one partition's marker."""
+        job.in_flight.discard(tp)
+        if not self._current(job) or tp not in job.remaining:
             return
+        c = job.completion
+        if error in _MARKER_DONE or error in _MARKER_FATAL:
+            if error in _MARKER_FATAL:
+                log.error("transactional id %s: %s marker for %s-%d refused with %s; giving up on it",
+                          c.transactional_id, "COMMIT" if c.commit else "ABORT", tp[0], tp[1],
+                          ErrorCode(error).name)
+            job.remaining.discard(tp)
+            if self.config.marker_delay_ms > 0 and job.remaining:
+                self.scheduler.call_later(self.config.marker_delay_ms, lambda: self._send_markers(job))
+            elif not job.remaining and not immediate:
+                self._complete(job)
+            return
+        attempt = job.attempts[tp] = job.attempts.get(tp, 0) + 1
+        delay = min(MARKER_RETRY_BACKOFF_MS << min(attempt - 1, 10), MARKER_RETRY_BACKOFF_MAX_MS)
+        self._log_retry(c, tp, error, attempt, delay)
+        self.scheduler.call_later(delay, lambda: self._send_markers(job, tp))
+
+    def _log_retry(self, c: PendingCompletion, tp: tuple[str, int], error: int, attempt: int, delay: int) -> None:
+        name = ErrorCode(error).name if error in ErrorCode._value2member_map_ else str(error)
+        now = self.scheduler.now_ms()
+        last, quiet = self._retry_log
+        if now - last < MARKER_RETRY_LOG_INTERVAL_MS:
+            self._retry_log = (last, quiet + 1)
+            log.debug("transactional id %s: %s marker for %s-%d failed with %s (attempt %d); sending it again "
+                      "in %d ms", c.transactional_id, "COMMIT" if c.commit else "ABORT", tp[0], tp[1], name,
+                      attempt, delay)
+            return
+        self._retry_log = (now, 0)
+        more = f" ({quiet} other marker retries in the last {(now - last) // 1000} s)" if quiet else ""
+        log.info("transactional id %s: %s marker for %s-%d failed with %s (attempt %d); sending it again in %d ms%s",
+                 c.transactional_id, "COMMIT" if c.commit else "ABORT", tp[0], tp[1], name, attempt, delay, more)
+
+    def _complete(self, job: _MarkerJob) -> None:
+        """Every marker answered: write CompleteCommit/CompleteAbort."""
+        if not self._current(job) or job.completing:
+            return
+        c = job.completion
+        job.completing = True
         try:
             self.runtime.write(job.partition, lambda shard: shard.complete_transaction(c))
         except KafkaError as exc:
+            job.completing = False
             if exc.code == ErrorCode.NOT_COORDINATOR:
                 self._jobs.pop(c.transactional_id, None)
                 return
             log.warning("transactional id %s: writing the completion failed with %s; retrying", c.transactional_id,
                         ErrorCode(exc.code).name)
-            self.scheduler.call_later(MARKER_RETRY_MS, lambda: self._advance(job))
+            self.scheduler.call_later(MARKER_RETRY_MS, lambda: self._complete(job))
             return
-        if self._jobs.get(c.transactional_id) is job:
+        if self._current(job):
             del self._jobs[c.transactional_id]
 
     def pending_marker_jobs(self) -> int:

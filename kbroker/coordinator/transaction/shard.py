@@ -25,7 +25,8 @@ restated:
   the epoch into PrepareX (markers carry it; an exhausted epoch takes ``next_producer_id``, the producer id of
   CompleteX with epoch 0); its retries are recognised by the epoch one below the current one (or the
   exhausted epoch of the previous producer id); an abort from Empty/CompleteCommit/CompleteAbort bumps the
-  epoch with no partitions (Kafka's table in ``TransactionCoordinator.endTransaction``). Fencing a
+  epoch with no partitions (Kafka's table in ``TransactionCoordinator.endTransaction``); any EndTxn v5 while
+  the markers of the last one are written (PrepareX) is CONCURRENT_TRANSACTIONS before the epoch is checked. Fencing a
   version-2 transaction by InitProducerId bumps twice: once to fence, once for the abort; a timeout bumps once.
 * **EndTxn**: from Ongoing to PrepareCommit/PrepareAbort (the decision is durable from here), answered NONE;
   the markers are written by the service (:meth:`on_prepared` hands it the work), then Complete*.
@@ -317,12 +318,18 @@ class TransactionCoordinatorShard:
         CompleteCommit  INVALID_TXN_STATE / bump NONE / INVALID_TXN_STATE
         ==============  =======================  ========================
 
-        Ongoing with the current epoch -> PrepareCommit/PrepareAbort with the epoch bumped; PrepareX with a retry
-        -> CONCURRENT_TRANSACTIONS (same result) or INVALID_TXN_STATE."""
+        Ongoing with the current epoch -> PrepareCommit/PrepareAbort with the epoch bumped. PrepareCommit/
+        PrepareAbort (the markers of the last EndTxn are being written) -> CONCURRENT_TRANSACTIONS whatever the
+        epoch, checked before it (Kafka 4.3 checks the pending transition to CompleteX first, KAFKA-18464): the
+        producer already holds the bumped epoch, and its abort of an empty transaction right after a commit
+        must wait for the commit to complete, not be fenced."""
         txn = self.transactions.get(transactional_id)
         if txn is None:
             return CoordinatorResult(response=ErrorCode.INVALID_PRODUCER_ID_MAPPING)
         state = txn.state
+        if state.is_prepare and producer_id in (txn.producer_id, txn.next_producer_id, txn.last_producer_id):
+            # the markers of the last EndTxn are being written: retriable, before the epoch is looked at
+            return CoordinatorResult(response=ErrorCode.CONCURRENT_TRANSACTIONS)
         retry_on_overflow = (txn.last_producer_id == producer_id and producer_epoch == MAX_PRODUCER_EPOCH - 1
                              and txn.producer_epoch == 0)
         retry_on_bump = txn.producer_epoch == producer_epoch + 1

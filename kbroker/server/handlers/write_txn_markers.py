@@ -1,9 +1,11 @@
 """WriteTxnMarkers (API key 27), versions 1-2.
 
-The transaction coordinator of this node writes its markers by calling :func:`write_marker` directly: into
-partitions this node leads at once, and to a partition led by another broker of a cluster with a
-WriteTxnMarkers request to that broker (:class:`RemoteMarkers`). The API serves those requests and other
-senders, such as the Admin client's ``abortTransaction`` (a hanging transaction).
+The transaction coordinator of this node hands each marker to :func:`send_marker`: a partition this node leads
+gets it appended at once (the answer follows once its in-sync replicas hold it), a partition led by another
+broker of a cluster goes to :class:`TransactionMarkerSender`, which sends one WriteTxnMarkers request per
+destination broker carrying every marker queued for it (all partitions of all transactions) and answers each
+marker from that broker's response. The API serves those requests and other senders, such as the Admin
+client's ``abortTransaction`` (a hanging transaction).
 
 Behavior:
 * for every marker and partition: a COMMIT (TransactionResult true) or ABORT control batch with the
@@ -12,10 +14,12 @@ Behavior:
   an ABORT adds an entry to the segment's ``.txnindex``, and the last stable offset moves on;
 * for ``__consumer_offsets`` partitions the group coordinator writes the marker and commits (or drops) the
   producer's pending transactional offsets;
+* every marker of the request is appended first, then the answer waits for the in-sync replicas of all of
+  them at once (Kafka writes markers with acks=all);
 * per partition errors: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, INVALID_PRODUCER_EPOCH (the
   marker's epoch is older than the producer's), TRANSACTION_COORDINATOR_FENCED (an older coordinator epoch
-  than the last marker's), NOT_ENOUGH_REPLICAS (also when the in-sync replicas do not all hold the marker
-  within 5 s: it is answered only once they do, as Kafka writes markers with acks=all), KAFKA_STORAGE_ERROR.
+  than the last marker's), NOT_ENOUGH_REPLICAS (the in-sync replicas do not all hold the marker within 5 s),
+  KAFKA_STORAGE_ERROR.
 Version notes:
 * v1: flexible (v0 was removed in Kafka 4.0); v2: TransactionVersion: a version 2 marker's epoch must be above
   the producer's epoch in the partition (a retry of a marker for a transaction already ended there is accepted),
@@ -27,6 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 from kbroker.coordinator.group.config import OFFSETS_TOPIC
 from kbroker.protocol.api_keys import ApiKey
@@ -42,94 +48,142 @@ API_KEY = ApiKey.WRITE_TXN_MARKERS
 VERSIONS = range(1, 3)
 #: how long a WriteTxnMarkers answer waits for the in-sync replicas (the sender's deadline is 10 s)
 MARKER_REPLICATION_TIMEOUT_S = 5.0
+#: the sender's deadline for a WriteTxnMarkers request (s)
+MARKER_REQUEST_TIMEOUT_S = 10.0
+#: at most one log line per this many seconds for one kind of failed marker request (the others are counted)
+MARKER_LOG_INTERVAL_S = 10.0
+
+#: done(error code): the answer for one marker
+MarkerDone = Callable[[int], None]
+#: replication waits of markers appended here for this node's coordinator (a strong reference until done)
+_local_waits: set[asyncio.Task[int]] = set()
 
 
-class RemoteMarkers:
-    """Transaction markers for partitions led by other brokers: a WriteTxnMarkers request (v1) to the leader on
-    ``inter.broker.listener.name``. The coordinator's marker writer is synchronous and retries a partition every
-    200 ms until it gets a final answer, so :meth:`write` starts the request and answers NOT_LEADER_OR_FOLLOWER
-    (retriable) until a later call finds it finished and returns the leader's answer."""
+@dataclass(slots=True)
+class _QueuedMarker:
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    commit: bool
+    transaction_version: int
+    done: MarkerDone
+
+
+class TransactionMarkerSender:
+    """Markers for partitions led by other brokers (Kafka's transaction marker channel): markers queued during
+    one turn of the event loop are sent as one WriteTxnMarkers request (v2) per destination broker on
+    ``inter.broker.listener.name``, every broker's at once; each marker's ``done`` gets its partition's error
+    from the response. A failed request (the broker unreachable or not answering within
+    :data:`MARKER_REQUEST_TIMEOUT_S`) answers its markers NETWORK_EXCEPTION or REQUEST_TIMED_OUT (retriable:
+    the coordinator sends them again after a backoff, to the leader it then finds). Failures are logged at most
+    once per :data:`MARKER_LOG_INTERVAL_S` per destination."""
 
     def __init__(self, broker) -> None:  # noqa: ANN001
         self.broker = broker
-        self._pending: dict[tuple[int, str, int, int, int, bool], asyncio.Task[int]] = {}
+        self._queues: dict[int, list[_QueuedMarker]] = {}
+        self._drain_scheduled = False
+        self._tasks: set[asyncio.Task[None]] = set()
         self._channels = broker.inter_broker_channels(f"kbroker-{broker.node_id}")
+        #: destination -> (monotonic time of the last line logged, failures not logged since)
+        self._log_state: dict[int, tuple[float, int]] = {}
+        #: WriteTxnMarkers requests sent (tests, benchmarks)
+        self.requests_sent = 0
 
-    def write(self, leader: int, topic: str, partition: int, producer_id: int, producer_epoch: int,
-              coordinator_epoch: int, commit: bool, transaction_version: int = 0) -> int:
-        key = (leader, topic, partition, producer_id, producer_epoch, commit)
-        task = self._pending.get(key)
-        if task is None:
+    def send(self, leader: int, topic: str, partition: int, producer_id: int, producer_epoch: int,
+             coordinator_epoch: int, commit: bool, transaction_version: int, done: MarkerDone) -> None:
+        """Queue one marker for broker ``leader``; ``done`` is called once, from the event loop."""
+        self._queues.setdefault(leader, []).append(_QueuedMarker(
+            topic, partition, producer_id, producer_epoch, coordinator_epoch, commit, transaction_version, done))
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            asyncio.get_running_loop().call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._drain_scheduled = False
+        queues, self._queues = self._queues, {}
+        for leader, entries in queues.items():
             ch = self._channels.get(self.broker.controller.image, leader)
-            if ch is None:
-                return ErrorCode.NOT_LEADER_OR_FOLLOWER
-            req = WriteTxnMarkersRequest(markers=[WriteTxnMarkersRequest.WritableTxnMarker(
-                producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
-                coordinator_epoch=coordinator_epoch, transaction_version=transaction_version, topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(
-                    name=topic, partition_indexes=[partition])])])
-            self._pending[key] = asyncio.get_running_loop().create_task(self._send(ch, req))
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if not task.done():
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        del self._pending[key]
-        return task.result()
+            if ch is None:  # not registered, fenced: the coordinator finds the leader again when it retries
+                self._failed(leader, f"broker {leader} is not available", len(entries))
+                for e in entries:
+                    e.done(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                continue
+            task = asyncio.get_running_loop().create_task(self._send(ch, entries))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     @staticmethod
-    async def _send(ch: NodeChannel, req: WriteTxnMarkersRequest) -> int:
+    def _request(entries: list[_QueuedMarker]) -> WriteTxnMarkersRequest:
+        markers: dict[tuple[int, int, bool, int, int], dict[str, list[int]]] = {}
+        for e in entries:
+            key = (e.producer_id, e.producer_epoch, e.commit, e.coordinator_epoch, e.transaction_version)
+            markers.setdefault(key, {}).setdefault(e.topic, []).append(e.partition)
+        return WriteTxnMarkersRequest(markers=[WriteTxnMarkersRequest.WritableTxnMarker(
+            producer_id=pid, producer_epoch=epoch, transaction_result=commit, coordinator_epoch=coordinator_epoch,
+            transaction_version=tv, topics=[WriteTxnMarkersRequest.WritableTxnMarkerTopic(
+                name=topic, partition_indexes=partitions) for topic, partitions in topics.items()])
+            for (pid, epoch, commit, coordinator_epoch, tv), topics in markers.items()])
+
+    async def _send(self, ch: NodeChannel, entries: list[_QueuedMarker]) -> None:
+        results: dict[tuple[int, str, int], int] = {}
+        failure = ErrorCode.NONE
+        self.requests_sent += 1
         try:
-            resp = await ch.request(ApiKey.WRITE_TXN_MARKERS, 2, req, 10.0)
-            return resp.markers[0].topics[0].partitions[0].error_code
+            resp = await ch.request(ApiKey.WRITE_TXN_MARKERS, 2, self._request(entries), MARKER_REQUEST_TIMEOUT_S)
+            for m in resp.markers:
+                for t in m.topics:
+                    for p in t.partitions:
+                        results[(m.producer_id, t.name, p.partition_index)] = p.error_code
         except NodeRequestError as exc:
-            log.info("transaction marker to node %d: %s", ch.node_id, exc)
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        except (IndexError, AttributeError):
-            return ErrorCode.UNKNOWN_SERVER_ERROR
+            failure = ErrorCode.REQUEST_TIMED_OUT if "timed out" in str(exc) else ErrorCode.NETWORK_EXCEPTION
+            self._failed(ch.node_id, f"WriteTxnMarkers to broker {ch.node_id} failed ({exc})", len(entries))
+        except asyncio.CancelledError:
+            return  # shut down: nobody waits any more
+        for e in entries:
+            code = failure or results.get((e.producer_id, e.topic, e.partition), ErrorCode.UNKNOWN_SERVER_ERROR)
+            try:
+                e.done(code)
+            except Exception:
+                log.exception("transaction marker callback failed")
+
+    def _failed(self, destination: int, what: str, markers: int) -> None:
+        now = time.monotonic()
+        last, suppressed = self._log_state.get(destination, (0.0, 0))
+        if now - last < MARKER_LOG_INTERVAL_S:
+            self._log_state[destination] = (last, suppressed + 1)
+            return
+        more = f"; {suppressed} more such failures in the last {now - last:.0f} s" if suppressed and last else ""
+        log.warning("%s: %d transaction marker(s) will be sent again%s", what, markers, more)
+        self._log_state[destination] = (now, 0)
 
     async def close(self) -> None:
-        for task in self._pending.values():
+        for task in list(self._tasks):
             task.cancel()
-        self._pending.clear()
+        self._tasks.clear()
+        self._queues.clear()
         await self._channels.close()
 
 
-#: a marker appended and not yet on every in-sync replica, as the coordinator's marker writer answers meanwhile
-#: (retriable: it asks again, and gets NONE once the high watermark passed the marker)
-MARKER_NOT_REPLICATED = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+def send_marker(broker, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                coordinator_epoch: int, commit: bool, transaction_version: int, done: MarkerDone) -> int | None:
+    """Write one transaction marker for this node's transaction coordinator. Returns the error code when the
+    answer is known at once; None when ``done`` will get it (called once, later, from the event loop).
 
-MARKER_WAITS_PRUNE_AT = 1000
-"""Markers waiting for replication kept before those on partitions this broker no longer leads are dropped."""
-
-
-def write_marker(broker, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                 coordinator_epoch: int, commit: bool, transaction_version: int = 0, forward: bool = True) -> int:
-    """Append one transaction marker as leader; returns the error code. With ``forward`` (this node's
-    coordinator) a partition led by another broker gets it through :class:`RemoteMarkers`; a WriteTxnMarkers
-    request is answered here only (NOT_LEADER_OR_FOLLOWER when this node does not lead the partition).
-
-    A marker counts as written once every in-sync replica holds it (Kafka writes markers with acks=all): the
-    coordinator's call appends it and answers :data:`MARKER_NOT_REPLICATED` until the partition's high watermark
-    passed it, then NONE (NOT_LEADER_OR_FOLLOWER when the leadership moved first: the next leader gets it
-    again; a second marker for a producer without an open transaction changes nothing)."""
-    remote = broker.remote_markers
-    if remote is not None and forward:
+    A partition led by another broker goes to ``broker.marker_sender`` (:class:`TransactionMarkerSender`). On a
+    partition led here the marker is appended and counts as written once every in-sync replica holds it (Kafka
+    writes markers with acks=all): NONE, NOT_LEADER_OR_FOLLOWER when the leadership moved first (the next leader
+    gets it again; a second marker for a producer without an open transaction changes nothing) or
+    NOT_ENOUGH_REPLICAS after :data:`MARKER_REPLICATION_TIMEOUT_S`."""
+    sender = broker.marker_sender
+    if sender is not None:
         t = broker.controller.image.topics_by_name.get(topic)
         p = t.partitions.get(partition) if t is not None else None
         if p is not None and p.leader != broker.node_id and p.leader >= 0:
-            return remote.write(p.leader, topic, partition, producer_id, producer_epoch, coordinator_epoch, commit,
-                                transaction_version)
-    key = (topic, partition, producer_id, producer_epoch, commit)
-    waits = broker.replica_manager.marker_waits
-    if len(waits) > MARKER_WAITS_PRUNE_AT:
-        _prune(broker, waits)
-    if key in waits:
-        part, last = waits[key]
-        if broker.replica_manager.partitions.get((topic, partition)) is not part or not part.is_leader:
-            del waits[key]
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if part.high_watermark <= last:
-            return MARKER_NOT_REPLICATED
-        del waits[key]
-        return ErrorCode.NONE
+            sender.send(p.leader, topic, partition, producer_id, producer_epoch, coordinator_epoch, commit,
+                        transaction_version, done)
+            return None
     code = _append_marker(broker, topic, partition, producer_id, producer_epoch, coordinator_epoch, commit,
                           transaction_version)
     if code:
@@ -137,17 +191,17 @@ def write_marker(broker, topic: str, partition: int, producer_id: int, producer_
     part = broker.replica_manager.partitions.get((topic, partition))
     if part is None or part.high_watermark >= part.log_end_offset:
         return ErrorCode.NONE
-    waits[key] = (part, part.log_end_offset - 1)
-    return MARKER_NOT_REPLICATED
+    task = asyncio.get_running_loop().create_task(
+        _replicated(broker, topic, partition, MARKER_REPLICATION_TIMEOUT_S))
+    _local_waits.add(task)
 
+    def finished(t: asyncio.Task[int]) -> None:
+        _local_waits.discard(t)
+        if not t.cancelled():
+            done(t.result() if t.exception() is None else ErrorCode.UNKNOWN_SERVER_ERROR)
 
-def _prune(broker, waits: dict) -> None:
-    """Forget waits on partitions this broker no longer leads (a coordinator that moved away never asks again;
-    one that does gets NOT_LEADER_OR_FOLLOWER either way)."""
-    partitions = broker.replica_manager.partitions
-    for key, (part, _) in list(waits.items()):
-        if partitions.get((key[0], key[1])) is not part or not part.is_leader:
-            del waits[key]
+    task.add_done_callback(finished)
+    return None
 
 
 async def _replicated(broker, topic: str, partition: int, timeout_s: float) -> int:
@@ -191,6 +245,7 @@ async def handle(ctx, request: WriteTxnMarkersRequest) -> R:
                 partition_index=p, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED) for p in t.partition_indexes])
             for t in m.topics]) for m in request.markers])
     resp = R()
+    appended: list[tuple[R.WritableTxnMarkerPartitionResult, str, int]] = []
     for marker in request.markers:
         out = R.WritableTxnMarkerResult(producer_id=marker.producer_id)
         resp.markers.append(out)
@@ -201,8 +256,14 @@ async def handle(ctx, request: WriteTxnMarkersRequest) -> R:
                 error = _append_marker(ctx.broker, t.name, p, marker.producer_id, marker.producer_epoch,
                                        marker.coordinator_epoch, marker.transaction_result,
                                        marker.transaction_version if ctx.api_version >= 2 else 0)
-                if not error:  # answered once every in-sync replica holds it (acks=all)
-                    error = await _replicated(ctx.broker, t.name, p, MARKER_REPLICATION_TIMEOUT_S)
-                topic_result.partitions.append(R.WritableTxnMarkerPartitionResult(partition_index=p,
-                                                                                  error_code=error))
+                result = R.WritableTxnMarkerPartitionResult(partition_index=p, error_code=error)
+                topic_result.partitions.append(result)
+                if not error:
+                    appended.append((result, t.name, p))
+    # answered once every in-sync replica holds every marker appended (acks=all), waiting for all at once
+    waits = list(dict.fromkeys((topic, p) for _, topic, p in appended))
+    codes = dict(zip(waits, await asyncio.gather(*(_replicated(ctx.broker, topic, p, MARKER_REPLICATION_TIMEOUT_S)
+                                                   for topic, p in waits))))
+    for result, topic, p in appended:
+        result.error_code = codes[(topic, p)]
     return resp
