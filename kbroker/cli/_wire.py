@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from kbroker.cli._common import CliError, timeout_from_env
+from kbroker.cli._common import AuthenticationError, CliError, timeout_from_env
 from kbroker.protocol import codec
 from kbroker.protocol.api_keys import RESPONSES, ApiKey
 from kbroker.protocol.errors import ErrorCode
@@ -137,7 +137,7 @@ class Connection:
         except StopIteration:
             return
         except AuthenticationFailed as exc:
-            raise CliError(f"authentication with {self.address} failed: {exc}") from None
+            raise AuthenticationError(f"{exc} (SASL {sasl.mechanism} with {self.address})") from None
 
     def close(self) -> None:
         try:
@@ -258,6 +258,8 @@ class WireClient:
             try:
                 self._any = self._connect(host, port)
                 return self._any
+            except AuthenticationError:
+                raise
             except CliError as exc:
                 errors.append(str(exc))
             if time.monotonic() > deadline:
@@ -378,16 +380,24 @@ class WireClient:
         return out
 
     def group_coordinator(self, group: str) -> Connection:
-        """Connection to the coordinator of consumer group ``group`` (FindCoordinator, key type 0)."""
+        """Connection to the coordinator of consumer group ``group`` (FindCoordinator, key type 0).
+        COORDINATOR_NOT_AVAILABLE (e.g. ``__consumer_offsets`` still being created on a new cluster) and
+        COORDINATOR_LOAD_IN_PROGRESS are retried for up to the client's timeout, as Kafka's Admin client does."""
         conn = self.any_broker()
         version = conn.version_for(FindCoordinatorRequest)
-        if version >= 4:
-            resp = conn.send(FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), version)
-            c = resp.coordinators[0]
-            code, host, port = c.error_code, c.host, c.port
-        else:
-            resp = conn.send(FindCoordinatorRequest(key=group, key_type=0), version)
-            code, host, port = resp.error_code, resp.host, resp.port
+        deadline = time.monotonic() + self.timeout
+        while True:
+            if version >= 4:
+                resp = conn.send(FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), version)
+                c = resp.coordinators[0]
+                code, host, port = c.error_code, c.host, c.port
+            else:
+                resp = conn.send(FindCoordinatorRequest(key=group, key_type=0), version)
+                code, host, port = resp.error_code, resp.host, resp.port
+            if code not in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS) \
+                    or time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
         if code:
             raise CliError(f"cannot find the coordinator of group {group!r}: {error_name(code)}")
         return self._connect(host, port)

@@ -8,7 +8,8 @@
     kbroker-share-groups --bootstrap-server localhost:9092 --delete-offsets --group g --topic t
     kbroker-share-groups --bootstrap-server localhost:9092 --delete --group g
 
-Columns follow Kafka 4.x's ``ShareGroupCommand`` (GROUP TOPIC PARTITION START-OFFSET LAG; GROUP CONSUMER-ID
+Columns follow Kafka 4.x's ``ShareGroupCommand`` (GROUP TOPIC PARTITION [LEADER-EPOCH] START-OFFSET LAG, laid out
+as it does; GROUP TOPIC PARTITION NEW-OFFSET; GROUP CONSUMER-ID
 HOST CLIENT-ID #PARTITIONS ASSIGNMENT; GROUP COORDINATOR (ID) STATE #MEMBERS). Requests go over kbroker's
 protocol codec: ListGroups to every broker, ShareGroupDescribe, DescribeShareGroupOffsets,
 AlterShareGroupOffsets, DeleteShareGroupOffsets and DeleteGroups to the group coordinator, ListOffsets to the
@@ -109,6 +110,23 @@ class ShareGroupService:
 
         return error_text(code, message)
 
+    def _to_coordinator(self, gid: str, request: Any, error_of: Any) -> Any:
+        """``request``'s answer from the coordinator of ``gid``; an answer whose ``error_of(answer)`` is
+        NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or COORDINATOR_LOAD_IN_PROGRESS (a coordinator moving or
+        still loading, e.g. on a new cluster) is retried for up to ``--timeout``, as Kafka's Admin client does."""
+        import time
+
+        from kbroker.protocol.errors import ErrorCode
+
+        retriable = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+        deadline = time.monotonic() + max(self.args.timeout / 1000, 1.0)
+        while True:
+            resp = self.wire.group_coordinator(gid).send(request)
+            if error_of(resp) not in retriable or time.monotonic() >= deadline:
+                return resp
+            time.sleep(0.2)
+
     # ---- list
     def list(self) -> None:
         from kbroker.protocol.messages import ListGroupsRequest
@@ -132,7 +150,8 @@ class ShareGroupService:
     def _describe_group(self, gid: str) -> Any:
         from kbroker.protocol.messages import ShareGroupDescribeRequest
 
-        resp = self.wire.group_coordinator(gid).send(ShareGroupDescribeRequest(group_ids=[gid]))
+        resp = self._to_coordinator(gid, ShareGroupDescribeRequest(group_ids=[gid]),
+                                    lambda r: r.groups[0].error_code)
         return resp.groups[0]
 
     def describe(self) -> None:
@@ -181,8 +200,8 @@ class ShareGroupService:
     def _print_offsets(self, gid: str, g: Any) -> None:
         from kbroker.protocol.messages import DescribeShareGroupOffsetsRequest as Req
 
-        resp = self.wire.group_coordinator(gid).send(Req(groups=[Req.DescribeShareGroupOffsetsRequestGroup(
-            group_id=gid, topics=None)]))
+        resp = self._to_coordinator(gid, Req(groups=[Req.DescribeShareGroupOffsetsRequestGroup(
+            group_id=gid, topics=None)]), lambda r: r.groups[0].error_code)
         rg = resp.groups[0]
         if rg.error_code:
             raise CliError(f"describing the offsets of {gid} failed: {self._error(rg.error_code, rg.error_message)}")
@@ -191,16 +210,17 @@ class ShareGroupService:
             for p in sorted(t.partitions, key=lambda p: p.partition_index):
                 start = "-" if p.start_offset < 0 or p.error_code else p.start_offset
                 lag = "-" if p.lag < 0 or p.error_code else p.lag
-                rows.append([gid, t.topic_name, p.partition_index, start, lag]
-                            + ([p.leader_epoch if p.leader_epoch >= 0 else "-"] if self.args.verbose else []))
+                epoch = ([p.leader_epoch if p.leader_epoch >= 0 else "-"] if self.args.verbose else [])
+                rows.append([gid, t.topic_name, p.partition_index, *epoch, start, lag])
         if not rows:
             print(f"\nShare group '{gid}' has no offsets.")
             return
-        header = ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
-        if self.args.verbose:
-            header.append("LEADER-EPOCH")
+        # Kafka's layout: GROUP and TOPIC at least 15 wide, PARTITION 10, LEADER-EPOCH (--verbose) and
+        # START-OFFSET 13
+        header = ["GROUP", "TOPIC", "PARTITION", *(["LEADER-EPOCH"] if self.args.verbose else []), "START-OFFSET",
+                  "LAG"]
         print()
-        print_lines(kafka_table(header, rows, [0] * len(header)))
+        print_lines(kafka_table(header, rows, [15, 15, 10, *([13] if self.args.verbose else []), 13, 0]))
 
     # ---- reset, delete offsets, delete
     def _partitions(self) -> dict[str, list[int]]:
@@ -246,9 +266,10 @@ class ShareGroupService:
             plan = self._log_offsets(parts, -2 if self.args.to_earliest else -1)
         errors: dict[tuple[str, int], str] = {}
         if self.args.execute:
-            resp = self.wire.group_coordinator(gid).send(Req(group_id=gid, topics=[Req.AlterShareGroupOffsetsRequestTopic(
+            resp = self._to_coordinator(gid, Req(group_id=gid, topics=[Req.AlterShareGroupOffsetsRequestTopic(
                 topic_name=t, partitions=[Req.AlterShareGroupOffsetsRequestPartition(
-                    partition_index=p, start_offset=plan[(t, p)]) for p in ps]) for t, ps in parts.items()]))
+                    partition_index=p, start_offset=plan[(t, p)]) for p in ps]) for t, ps in parts.items()]),
+                lambda r: r.error_code)
             if resp.error_code:
                 raise CliError(f"Error: Assignments can only be reset if the group '{gid}' is inactive, but the "
                                f"current state is not: {self._error(resp.error_code, resp.error_message)}")
@@ -258,7 +279,7 @@ class ShareGroupService:
                         errors[(t.topic_name, p.partition_index)] = self._error(p.error_code, p.error_message)
         rows = [[gid, t, p, errors.get((t, p), off)] for (t, p), off in sorted(plan.items())]
         print()
-        print_lines(kafka_table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], rows, [0, 0, 0, 0]))
+        print_lines(kafka_table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], rows, [15, 15, 10, 0]))
         self.failed = bool(errors)
 
     def delete_offsets(self) -> None:

@@ -261,12 +261,48 @@ _STATIC: list[tuple] = [
      True),
     ("group.share.record.lock.duration.ms", "int", "30000", MEDIUM,
      "How long a share group member holds a record it acquired before it goes back to Available.",
-     (1, None, None), True),
+     (1000, 3600000, None), True),
     ("group.share.delivery.count.limit", "int", "5", MEDIUM,
-     "Deliveries of a record to share group members before it is archived.", (1, None, None), True),
+     "Deliveries of a record to share group members before it is archived.", (2, 10, None), True),
     ("group.share.partition.max.record.locks", "int", "2000", MEDIUM,
-     "The most records in flight (acquired or waiting for redelivery) per share partition.", (1, None, None), True),
+     "The most records in flight (acquired or waiting for redelivery) per share partition.", (100, 10000, None),
+     True),
     ("group.share.max.share.sessions", "int", "2000", MEDIUM, "The most share sessions this broker keeps.",
+     (1, None, None), True),
+    ("group.share.assignment.interval.ms", "int", "1000", MEDIUM,
+     "Least time between two assignment updates of a share group (kbroker assigns on every change).",
+     (0, None, None), False),
+    ("group.share.min.session.timeout.ms", "int", "45000", MEDIUM,
+     "The smallest share.session.timeout.ms a group config may set.", (1, None, None), True),
+    ("group.share.max.session.timeout.ms", "int", "60000", MEDIUM,
+     "The largest share.session.timeout.ms a group config may set.", (1, None, None), True),
+    ("group.share.min.heartbeat.interval.ms", "int", "5000", MEDIUM,
+     "The smallest share.heartbeat.interval.ms a group config may set.", (1, None, None), True),
+    ("group.share.max.heartbeat.interval.ms", "int", "15000", MEDIUM,
+     "The largest share.heartbeat.interval.ms a group config may set.", (1, None, None), True),
+    ("group.share.min.record.lock.duration.ms", "int", "15000", MEDIUM,
+     "The smallest share.record.lock.duration.ms a group config may set.", (1000, 30000, None), True),
+    ("group.share.max.record.lock.duration.ms", "int", "60000", MEDIUM,
+     "The largest share.record.lock.duration.ms a group config may set.", (30000, 3600000, None), True),
+    ("group.share.min.delivery.count.limit", "int", "2", MEDIUM,
+     "The smallest share.delivery.count.limit a group config may set.", (2, 5, None), True),
+    ("group.share.max.delivery.count.limit", "int", "10", MEDIUM,
+     "The largest share.delivery.count.limit a group config may set.", (5, 25, None), True),
+    ("group.share.min.partition.max.record.locks", "int", "100", MEDIUM,
+     "The smallest share.partition.max.record.locks a group config may set.", (100, 2000, None), True),
+    ("group.share.max.partition.max.record.locks", "int", "4000", MEDIUM,
+     "The largest share.partition.max.record.locks a group config may set.", (2000, 10000, None), True),
+    ("group.share.min.assignment.interval.ms", "int", "0", MEDIUM,
+     "The smallest share.assignment.interval.ms a group config may set.", (0, None, None), True),
+    ("group.share.max.assignment.interval.ms", "int", "15000", MEDIUM,
+     "The largest share.assignment.interval.ms a group config may set.", (0, None, None), True),
+    ("share.coordinator.state.topic.num.partitions", "int", "50", HIGH, "Partitions of __share_group_state.",
+     (1, None, None), True),
+    ("share.coordinator.state.topic.replication.factor", "short", "3", HIGH,
+     "Replication factor of __share_group_state (capped at the live brokers).", (1, None, None), True),
+    ("share.coordinator.state.topic.min.isr", "short", "2", HIGH,
+     "min.insync.replicas of __share_group_state (capped at its replication factor).", (1, None, None), True),
+    ("share.coordinator.state.topic.segment.bytes", "int", "104857600", HIGH, "Segment size of __share_group_state.",
      (1, None, None), True),
     ("transaction.state.log.num.partitions", "int", "50", HIGH, "Partitions of __transaction_state.",
      (1, None, None), True),
@@ -493,6 +529,44 @@ TOPIC_DOCS: dict[str, str] = {
 }
 
 
+#: (broker key, its lower-bound key, its upper-bound key, Kafka's wording of the upper bound check): the share
+#: group keys Kafka's ``ShareGroupConfig`` and ``GroupCoordinatorConfig`` require within their min/max keys
+_SHARE_GROUP_BOUNDED = (
+    ("group.share.heartbeat.interval.ms", "group.share.min.heartbeat.interval.ms",
+     "group.share.max.heartbeat.interval.ms", "le"),
+    ("group.share.session.timeout.ms", "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms",
+     "le"),
+    ("group.share.assignment.interval.ms", "group.share.min.assignment.interval.ms",
+     "group.share.max.assignment.interval.ms", "le"),
+    ("group.share.record.lock.duration.ms", "group.share.min.record.lock.duration.ms",
+     "group.share.max.record.lock.duration.ms", "ge"),
+    ("group.share.delivery.count.limit", "group.share.min.delivery.count.limit",
+     "group.share.max.delivery.count.limit", "ge"),
+    ("group.share.partition.max.record.locks", "group.share.min.partition.max.record.locks",
+     "group.share.max.partition.max.record.locks", "ge"),
+)
+
+
+def _check_share_group_bounds(props: Mapping[str, str]) -> None:
+    """Kafka's start-up checks of the share group keys against their ``group.share.min/max.*`` bounds (and the
+    heartbeat interval below the session timeout); raises ConfigException with Kafka's message."""
+
+    def value(key: str) -> int:
+        raw = props.get(key)
+        d = BROKER_CONFIG_DEF[key]
+        return int(str(raw).strip()) if raw is not None and str(raw).strip() else int(d.key.default or 0)
+
+    for key, lo_key, hi_key, wording in _SHARE_GROUP_BOUNDED:
+        v = value(key)
+        if v < value(lo_key):
+            raise ConfigException(f"{key} must be greater than or equal to {lo_key}")
+        if v > value(hi_key):
+            raise ConfigException(f"{key} must be less than or equal to {hi_key}" if wording == "le"
+                                  else f"{hi_key} must be greater than or equal to {key}")
+    if value("group.share.heartbeat.interval.ms") >= value("group.share.session.timeout.ms"):
+        raise ConfigException("group.share.heartbeat.interval.ms must be less than group.share.session.timeout.ms")
+
+
 def validate_server_config(props: Mapping[str, str]) -> list[str]:
     """Check ``server.properties`` (and ``--override``s) against the definitions.
 
@@ -521,6 +595,7 @@ def validate_server_config(props: Mapping[str, str]) -> list[str]:
                             f"--entity-type brokers); its value in server.properties has no effect.")
         elif not d.used and raw != (d.key.default or ""):
             warnings.append(f"The configuration '{name}' is accepted but has no effect in kbroker.")
+    _check_share_group_bounds(props)
     return warnings
 
 

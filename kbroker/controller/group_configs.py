@@ -143,7 +143,7 @@ _BOUNDS: dict[str, tuple[str | None, int, str | None, int]] = {
     "consumer.assignment.interval.ms": ("group.consumer.min.assignment.interval.ms", 0,
                                         "group.consumer.max.assignment.interval.ms", 2147483647),
     "share.assignment.interval.ms": ("group.share.min.assignment.interval.ms", 0,
-                                     "group.share.max.assignment.interval.ms", 2147483647),
+                                     "group.share.max.assignment.interval.ms", 15000),
     "streams.assignment.interval.ms": ("group.streams.min.assignment.interval.ms", 0,
                                        "group.streams.max.assignment.interval.ms", 2147483647),
 }

@@ -53,7 +53,7 @@ class Broker:
         from kbroker.controller.quorum_controller import QuorumController
         from kbroker.coordinator.group.service import GroupCoordinator
         from kbroker.coordinator.transaction.service import TransactionCoordinator
-        from kbroker.server.handlers.write_txn_markers import write_marker
+        from kbroker.server.handlers.write_txn_markers import send_marker
         from kbroker.storage.log_manager import LogManager
 
         self.config = config
@@ -99,23 +99,25 @@ class Broker:
 
         #: durable share-partition state in __share_group_state (KIP-932 share coordinator)
         self.share_coordinator = ShareCoordinator.for_broker(self)
-        #: share partitions and share sessions of share groups (KIP-932); members leaving release their records
+        #: share partitions and share sessions of share groups (KIP-932). A member's acquired records are released
+        #: when its share session ends (epoch -1, after that request's acknowledgements; or its connection
+        #: closes) or their locks expire, never because its group heartbeat left: the leave heartbeat and the
+        #: last ShareAcknowledge are sent together, and the acknowledgements must still apply
         self.share_persister = SharePersister(self.share_coordinator, self)
         self.share_partitions = SharePartitionManager.for_broker(self, self.share_persister)
-        self.group_coordinator.share_member_removed_hook = self.share_partitions.release_member
         self.group_coordinator.share_group_deleted_hook = self._share_group_deleted
-        #: markers for partitions led by other brokers (a cluster only)
-        self.remote_markers: Any = None
+        #: markers for partitions led by other brokers, one WriteTxnMarkers per broker (a cluster only)
+        self.marker_sender: Any = None
         #: transaction verification with a coordinator on another broker (a cluster only, KIP-890)
         self.txn_verifier: Any = None
         if self.metadata_quorum is not None:
-            from kbroker.server.handlers.write_txn_markers import RemoteMarkers
+            from kbroker.server.handlers.write_txn_markers import TransactionMarkerSender
             from kbroker.server.txn_verification import RemoteTxnVerifier
 
-            self.remote_markers = RemoteMarkers(self)
+            self.marker_sender = TransactionMarkerSender(self)
             self.txn_verifier = RemoteTxnVerifier(self)
         self.transaction_coordinator = TransactionCoordinator.for_broker(
-            self, lambda *args: write_marker(self, *args))
+            self, lambda *args: send_marker(self, *args))
         self.apis = Apis(self)
         self.connections: set[KafkaConnection] = set()
         from kbroker.server.network import ConnectionLimits
@@ -548,8 +550,8 @@ class Broker:
             self.share_coordinator.shutdown()
             self.group_coordinator.shutdown()
         await self.share_persister.close()
-        if self.remote_markers is not None:
-            await self.remote_markers.close()
+        if self.marker_sender is not None:
+            await self.marker_sender.close()
         if self.txn_verifier is not None:
             await self.txn_verifier.close()
         self.log_manager.shutdown()

@@ -86,6 +86,22 @@ def test_gap_and_skipped_batches_are_archived():
     assert p.start_offset == 4
 
 
+def test_batch_aligned_acquisition_takes_whole_batches():
+    """ShareAcquireMode 0 (batch-optimized): a batch started below MaxRecords (or the record-lock cap) is taken
+    whole; none is started at or above them. Record-limit mode splits the batch (the test above)."""
+    p = sp()
+    assert p.acquire("m1", 0, 3, batches((0, 4), (5, 9)), upper_offset=10, batch_aligned=True) == [
+        AcquiredRange(0, 4, 1)]
+    assert p.acquire("m2", 0, 7, batches((5, 9), (10, 10), (11, 12)), upper_offset=13, batch_aligned=True) == [
+        AcquiredRange(5, 12, 1)]  # 5 + 1 < 7: the third batch is started too
+    assert p.acquire("m3", 0, 6, batches((13, 13), (14, 14)), upper_offset=15, batch_aligned=True) == [
+        AcquiredRange(13, 14, 1)]
+    capped = sp(max_record_locks=4)
+    assert capped.acquire("m1", 0, 100, batches((0, 2), (3, 5), (6, 8)), upper_offset=9, batch_aligned=True) == [
+        AcquiredRange(0, 5, 1)]
+    assert capped.acquire("m1", 0, 100, batches((6, 8)), upper_offset=9, batch_aligned=True) == []
+
+
 def test_in_flight_limit_and_malformed_acks():
     p = sp(max_record_locks=3)
     assert p.acquire("m1", 0, 10, batches((0, 9)), upper_offset=10) == [AcquiredRange(0, 2, 1)]
@@ -186,6 +202,48 @@ def test_share_settings_from_group_configs_then_broker_keys():
     assert (got.auto_offset_reset, got.read_committed, got.record_lock_duration_ms, got.delivery_count_limit) == (
         "earliest", True, 20000, 3)
     assert share_settings(broker, "other") == ShareSettings(record_lock_duration_ms=15000, delivery_count_limit=3)
+
+
+def test_share_settings_max_record_locks_and_group_values_kept_within_broker_bounds():
+    """``share.partition.max.record.locks`` of the group wins over the broker's key; a group value the broker's
+    ``group.share.min/max.*`` have since narrowed is kept within them (Kafka's GroupConfig evaluation)."""
+    from types import SimpleNamespace
+
+    from kbroker.server.share.manager import share_settings
+
+    broker = SimpleNamespace(config=SimpleNamespace(props={"group.share.partition.max.record.locks": "500",
+                                                           "group.share.min.record.lock.duration.ms": "20000"}))
+    assert share_settings(broker, "g").max_record_locks == 500
+    broker.group_configs = lambda gid: {"share.partition.max.record.locks": "100",
+                                        "share.record.lock.duration.ms": "16000",
+                                        "share.delivery.count.limit": "20"}
+    got = share_settings(broker, "g")
+    assert (got.max_record_locks, got.record_lock_duration_ms, got.delivery_count_limit) == (100, 20000, 10)
+
+
+def test_share_coordinator_state_topic_configs():
+    """``share.coordinator.state.topic.*``: partitions, replication factor (capped at the live brokers), segment
+    size and min.insync.replicas (``.min.isr``, capped at that replication factor) of ``__share_group_state``."""
+    from types import SimpleNamespace
+
+    from kbroker.coordinator.share.service import ShareCoordinator, ShareCoordinatorConfig
+
+    def spec(props: dict[str, str], live: int) -> tuple:
+        image = SimpleNamespace(live_brokers=lambda: list(range(live)))
+        sc = ShareCoordinator.__new__(ShareCoordinator)
+        sc.config = ShareCoordinatorConfig.from_broker_config(SimpleNamespace(props=props))
+        sc.controller = SimpleNamespace(image=image)
+        sc.topic = "__share_group_state"
+        return sc.internal_topic_spec()
+
+    name, partitions, rf, configs = spec({"share.coordinator.state.topic.num.partitions": "7",
+                                          "share.coordinator.state.topic.replication.factor": "3",
+                                          "share.coordinator.state.topic.min.isr": "2",
+                                          "share.coordinator.state.topic.segment.bytes": "1048576"}, 3)
+    assert (name, partitions, rf) == ("__share_group_state", 7, 3)
+    assert configs["min.insync.replicas"] == "2" and configs["segment.bytes"] == "1048576"
+    assert spec({}, 1)[3]["min.insync.replicas"] == "1"  # Kafka's default 2, on one broker
+    assert spec({}, 5)[3]["min.insync.replicas"] == "2"
 
 
 @pytest.mark.parametrize("read_committed", [False, True])

@@ -23,7 +23,8 @@ Behaviour (Kafka's ``GroupMetadataManager.shareGroupHeartbeat``, re-stated):
 * **Response**: member id, epoch, ``group.share.heartbeat.interval.ms`` and the assignment when the member
   joined or its assignment or epoch changed (else null). A member that does not heartbeat within
   ``group.share.session.timeout.ms`` is removed; so is one that leaves with epoch -1. Removing a member calls
-  the ``on_share_member_removed`` hook (the broker releases the records it had acquired here).
+  the ``on_share_member_removed`` hook. Its acquired records are not released here: as in Kafka, that happens on
+  the partition leaders when its share sessions end or the record locks expire.
 
 State lives in ``__consumer_offsets`` as Kafka's coordinator writes it: ``ShareGroupMemberMetadata`` (type 10),
 ``ShareGroupMetadata`` (11, the group epoch), ``ShareGroupTargetAssignmentMetadata`` (12),

@@ -4,8 +4,10 @@
   :class:`~kbroker.coordinator.share.shard.ShareCoordinatorShard`, one per ``__share_group_state`` partition led
   by this node; records reach the log through the group coordinator's ``ReplicaManagerWriter``.
 * The topic is created on first use (:meth:`ensure_topic`): ``share.coordinator.state.topic.num.partitions``
-  partitions (Kafka's default 50), compacted, replication factor
-  ``share.coordinator.state.topic.replication.factor`` capped at the number of live brokers.
+  partitions (Kafka's default 50), compacted, ``share.coordinator.state.topic.segment.bytes`` segments,
+  replication factor ``share.coordinator.state.topic.replication.factor`` capped at the number of live brokers,
+  ``min.insync.replicas`` ``share.coordinator.state.topic.min.isr`` (Kafka's default 2) capped at that replication
+  factor (a state write waits for that many in-sync replicas).
 * A state's partition is Kafka's: ``abs(hashCode("<group>:<topic id>:<partition>")) % partitions`` (the share
   coordinator key, topic id in Kafka's base64 form).
 * Follows the metadata image like the other coordinators: partitions led here are loaded, others unloaded.
@@ -31,7 +33,7 @@ from kbroker.coordinator.runtime import (
     ShardState,
     partition_for,
 )
-from kbroker.coordinator.service_support import PartitionLoader, create_internal_topic
+from kbroker.coordinator.service_support import PartitionLoader, create_internal_topic, internal_topic_replication
 from kbroker.coordinator.share.shard import ShareCoordinatorShard, StateKey
 from kbroker.protocol import coordinator_records as cr
 from kbroker.protocol.errors import ErrorCode, KafkaError
@@ -47,6 +49,7 @@ DEFAULTS: dict[str, int] = {
     "share.coordinator.state.topic.num.partitions": 50,
     "share.coordinator.state.topic.replication.factor": 3,
     "share.coordinator.state.topic.segment.bytes": 104857600,
+    "share.coordinator.state.topic.min.isr": 2,
 }
 
 
@@ -55,6 +58,7 @@ class ShareCoordinatorConfig:
     num_partitions: int = DEFAULTS["share.coordinator.state.topic.num.partitions"]
     replication_factor: int = DEFAULTS["share.coordinator.state.topic.replication.factor"]
     segment_bytes: int = DEFAULTS["share.coordinator.state.topic.segment.bytes"]
+    min_isr: int = DEFAULTS["share.coordinator.state.topic.min.isr"]
 
     @classmethod
     def from_broker_config(cls, config: Any) -> ShareCoordinatorConfig:
@@ -64,7 +68,8 @@ class ShareCoordinatorConfig:
 
         return cls(get("share.coordinator.state.topic.num.partitions"),
                    get("share.coordinator.state.topic.replication.factor"),
-                   get("share.coordinator.state.topic.segment.bytes"))
+                   get("share.coordinator.state.topic.segment.bytes"),
+                   get("share.coordinator.state.topic.min.isr"))
 
 
 def coordinator_key(group_id: str, topic_id: bytes, partition: int) -> str:
@@ -152,9 +157,11 @@ class ShareCoordinator:
         return partition_for(coordinator_key(group_id, topic_id, partition), self.num_partitions())
 
     def internal_topic_spec(self) -> tuple[str, int, int, dict[str, str]]:
+        replication = internal_topic_replication(self.controller, self.config.replication_factor)
         return (self.topic, self.config.num_partitions, self.config.replication_factor,
                 {"cleanup.policy": "compact", "compression.type": "producer",
-                 "segment.bytes": str(self.config.segment_bytes)})
+                 "segment.bytes": str(self.config.segment_bytes),
+                 "min.insync.replicas": str(max(1, min(self.config.min_isr, replication)))})
 
     def ensure_topic(self) -> int:
         """Create ``__share_group_state`` if it does not exist; NONE, or COORDINATOR_NOT_AVAILABLE."""

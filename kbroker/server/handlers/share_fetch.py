@@ -12,7 +12,10 @@ Behavior (share partitions and sessions: ``kbroker.server.share``):
 * acknowledgements are applied first, per partition (``AcknowledgeErrorCode``: INVALID_RECORD_STATE for records
   the member does not hold, INVALID_REQUEST for malformed batches);
 * then every partition of the session acquires up to ``MaxRecords`` records in all (released records first) and
-  answers the whole batches holding them with ``AcquiredRecords`` ranges and delivery counts;
+  answers the whole batches holding them with ``AcquiredRecords`` ranges and delivery counts; new records are
+  acquired in whole log batches (``ShareAcquireMode`` 0, batch-optimized, Kafka's default and the only mode of
+  v1: ``MaxRecords`` and the record-lock cap are soft, as in Kafka), or (mode 1, record-limit) exactly up to
+  ``MaxRecords``;
   ``AcquisitionLockTimeoutMs`` is the group's record lock duration;
 * long polling: with nothing acquired the request waits up to ``MaxWaitMs`` for new data (woken by a high
   watermark move) or a released or expired record (checked every 100 ms);
@@ -20,8 +23,7 @@ Behavior (share partitions and sessions: ``kbroker.server.share``):
   (with ``CurrentLeader`` and ``NodeEndpoints``), KAFKA_STORAGE_ERROR;
 * the answer lists every session partition when the session opened, afterwards only partitions with records,
   acknowledgement results or errors.
-Version notes: v2 adds ``ShareAcquireMode`` (records are always acquired one by one here, so both modes keep to
-``MaxRecords``) and ``IsRenewAck`` (AcknowledgeType 4 renews a lock).
+Version notes: v2 adds ``ShareAcquireMode`` (KIP-1206) and ``IsRenewAck`` (AcknowledgeType 4 renews a lock).
 """
 
 from __future__ import annotations
@@ -86,11 +88,12 @@ def leader_hint(ctx, topic_id: bytes, partition: int, hinted: set[int]) -> tuple
 def top_level_error(ctx, group_id, member_id) -> int:  # noqa: ANN001
     if not share_groups_enabled(ctx.broker):
         return ErrorCode.UNSUPPORTED_VERSION
+    # READ on the group is checked before the ids, as Kafka does (a caller without it learns nothing more)
+    if ctx.broker.authorizer is not None and not common.authorize(ctx, AclOperation.READ, ResourceType.GROUP,
+                                                                  group_id or ""):
+        return ErrorCode.GROUP_AUTHORIZATION_FAILED
     if not group_id or not member_id:
         return ErrorCode.INVALID_REQUEST
-    if ctx.broker.authorizer is not None and not common.authorize(ctx, AclOperation.READ, ResourceType.GROUP,
-                                                                  group_id):
-        return ErrorCode.GROUP_AUTHORIZATION_FAILED
     return ErrorCode.NONE
 
 
@@ -167,7 +170,8 @@ async def handle(ctx, request: ShareFetchRequest) -> ShareFetchResponse:
     max_records = request.max_records if request.max_records > 0 else DEFAULT_MAX_RECORDS
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
     while True:
-        got = _acquire(ctx, group_id, member_id, keys, max_records, request.max_bytes, pd_for, fail)
+        got = _acquire(ctx, group_id, member_id, keys, max_records, request.max_bytes, pd_for, fail,
+                       request.share_acquire_mode)
         remaining = deadline - time.monotonic()
         if got or remaining <= 0 or not keys or any(out[(tid, p)].error_code for tid, _, p in keys
                                                     if (tid, p) in out):
@@ -184,7 +188,8 @@ async def handle(ctx, request: ShareFetchRequest) -> ShareFetchResponse:
     return _finish(ctx, resp, out, hinted)
 
 
-def _acquire(ctx, group_id: str, member_id: str, keys, max_records: int, max_bytes: int, pd_for, fail) -> int:  # noqa: ANN001
+def _acquire(ctx, group_id: str, member_id: str, keys, max_records: int, max_bytes: int, pd_for, fail,  # noqa: ANN001
+             acquire_mode: int = 0) -> int:
     """One acquisition round over ``keys``; the number of records acquired."""
     mgr = ctx.broker.share_partitions
     total = 0
@@ -194,7 +199,8 @@ def _acquire(ctx, group_id: str, member_id: str, keys, max_records: int, max_byt
         if total >= max_records or budget <= 0:
             break
         try:
-            fetched = mgr.fetch(group_id, member_id, tid, name, partition, now, max_records - total, budget)
+            fetched = mgr.fetch(group_id, member_id, tid, name, partition, now, max_records - total, budget,
+                                acquire_mode)
         except KafkaError as exc:
             if exc.code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:  # its state is still being read: wait
                 fail(pd_for(tid, partition), tid, exc.code, ack=False)

@@ -13,8 +13,8 @@
   (``ForgottenTopicsData``). At most ``group.share.max.share.sessions`` sessions (SHARE_SESSION_LIMIT_REACHED).
 * :func:`share_settings` is the one place the share settings of a group are read: the group configs
   (``share.auto.offset.reset``, ``share.isolation.level``, ``share.record.lock.duration.ms``,
-  ``share.delivery.count.limit``) from ``broker.group_configs(group_id)`` (the group's dynamic configs,
-  ConfigResource GROUP), else the broker's ``group.share.*`` defaults.
+  ``share.delivery.count.limit``, ``share.partition.max.record.locks``) from ``broker.group_configs(group_id)``
+  (the group's dynamic configs, ConfigResource GROUP), else the broker's ``group.share.*`` defaults.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ BROKER_DEFAULTS: dict[str, int] = {
     "group.share.max.share.sessions": 2000,
 }
 SHARE_VERSION_FEATURE = "share.version"
+#: ShareFetch ``ShareAcquireMode`` values (KIP-1206); v1 requests are batch-optimized
+ACQUIRE_BATCH_OPTIMIZED, ACQUIRE_RECORD_LIMIT = 0, 1
 
 _HEADER = struct.Struct(">qi")  # base offset, batch length
 _ATTRS = struct.Struct(">hi")  # attributes, last offset delta (at byte 21)
@@ -61,20 +63,20 @@ def share_groups_enabled(broker: Any) -> bool:
 
 
 def share_settings(broker: Any, group_id: str) -> ShareSettings:
-    """The share settings of ``group_id`` (see the module docstring)."""
+    """The share settings of ``group_id`` (see the module docstring): each group config, else its broker synonym,
+    else Kafka's default; a group value outside the broker's current bounds (``group.share.min/max.*``) is kept
+    within them, as Kafka's ``GroupConfig`` evaluation does."""
+    from kbroker.controller.group_configs import effective_group_config
+
     lookup = getattr(broker, "group_configs", None)
     group: dict[str, str] = dict(lookup(group_id) or {}) if callable(lookup) else {}
-
-    def pick(group_key: str, broker_key: str) -> int:
-        v = group.get(group_key)
-        return int(v) if v not in (None, "") else _broker_int(broker, broker_key)
-
+    eff = effective_group_config(group, dict(getattr(broker.config, "props", {})))
     return ShareSettings(
-        record_lock_duration_ms=pick("share.record.lock.duration.ms", "group.share.record.lock.duration.ms"),
-        delivery_count_limit=pick("share.delivery.count.limit", "group.share.delivery.count.limit"),
-        max_record_locks=_broker_int(broker, "group.share.partition.max.record.locks"),
-        auto_offset_reset=str(group.get("share.auto.offset.reset") or "latest").lower(),
-        read_committed=str(group.get("share.isolation.level") or "read_uncommitted").lower() == "read_committed",
+        record_lock_duration_ms=int(eff["share.record.lock.duration.ms"]),  # type: ignore[call-overload]
+        delivery_count_limit=int(eff["share.delivery.count.limit"]),  # type: ignore[call-overload]
+        max_record_locks=int(eff["share.partition.max.record.locks"]),  # type: ignore[call-overload]
+        auto_offset_reset=str(eff["share.auto.offset.reset"] or "latest").lower(),
+        read_committed=str(eff["share.isolation.level"]).lower() == "read_committed",
     )
 
 
@@ -249,8 +251,10 @@ class SharePartitionManager:
         return error
 
     def fetch(self, group_id: str, member_id: str, topic_id: bytes, topic: str, partition: int, now_ms: int,
-              max_records: int, max_bytes: int) -> FetchedPartition:
-        """Acquire records for ``member_id`` and read the batches that hold them. Raises KafkaError."""
+              max_records: int, max_bytes: int, acquire_mode: int = ACQUIRE_BATCH_OPTIMIZED) -> FetchedPartition:
+        """Acquire records for ``member_id`` and read the batches that hold them; ``acquire_mode`` is ShareFetch's
+        ``ShareAcquireMode`` (0 batch-optimized: whole log batches, ``max_records`` soft; 1 record-limit: exactly
+        up to ``max_records``). Raises KafkaError."""
         sp, part = self.share_partition(group_id, topic_id, topic, partition)
         settings = sp.settings
         upper = part.last_stable_offset if settings.read_committed else part.high_watermark
@@ -267,7 +271,8 @@ class SharePartitionManager:
                     bool(attrs & _TRANSACTIONAL)
                     and any(a.producer_id == pid and a.first_offset <= base <= a.last_offset for a in aborted))
                 new_batches.append(BatchInfo(base, last, skip))
-        ranges = sp.acquire(member_id, now_ms, max_records, new_batches, upper)
+        ranges = sp.acquire(member_id, now_ms, max_records, new_batches, upper,
+                            batch_aligned=acquire_mode != ACQUIRE_RECORD_LIMIT)
         self._persist((group_id, topic_id, partition), sp)  # locks that expired meanwhile
         if not ranges:
             return FetchedPartition([], b"")

@@ -11,7 +11,8 @@ has a state::
         +----release----------+  (release or lock expiry; delivery count >= limit -> Archived)
 
 * **acquire** hands out Available offsets first (records released earlier), then new offsets from the log, up to
-  ``max_records`` and while at most ``group.share.partition.max.record.locks`` offsets are in flight; each
+  ``max_records`` and while at most ``group.share.partition.max.record.locks`` offsets are in flight (both soft
+  in batch-aligned mode: a new log batch started below them is taken whole); each
   acquisition counts a delivery and locks the record for ``group.share.record.lock.duration.ms``. Control
   batches (transaction markers) and, under read_committed, aborted transactions' batches are Archived at once
   and never handed out.
@@ -167,10 +168,15 @@ class SharePartition:
         self._advance()
 
     def acquire(self, member_id: str, now_ms: int, max_records: int, batches: Iterable[BatchInfo],
-                upper_offset: int) -> list[AcquiredRange]:
+                upper_offset: int, batch_aligned: bool = False) -> list[AcquiredRange]:
         """Acquire up to ``max_records`` offsets for ``member_id``: released ones first, then new ones from
         ``batches`` (the log read from :attr:`next_offset`, below ``upper_offset``). Returns the acquired ranges
-        (contiguous offsets with one delivery count each)."""
+        (contiguous offsets with one delivery count each).
+
+        ``batch_aligned`` (Kafka's default ``ShareAcquireMode`` 0, batch-optimized, KIP-1206): a new batch is
+        started while fewer than ``max_records`` offsets were acquired and fewer than
+        ``max_record_locks`` are in flight, and then acquired whole, so both limits are soft. Otherwise
+        (record-limit mode) they are exact and a batch may be split."""
         assert self.start_offset is not None, "initialize first"
         self.expire_locks(now_ms)
         deadline = now_ms + self.settings.record_lock_duration_ms
@@ -193,7 +199,8 @@ class SharePartition:
                 self.next_offset = batch.last_offset + 1
                 continue
             for off in range(first, min(batch.last_offset, upper_offset - 1) + 1):
-                if len(got) >= max_records or self.in_flight() >= self.settings.max_record_locks:
+                if not (batch_aligned and off > first) and (
+                        len(got) >= max_records or self.in_flight() >= self.settings.max_record_locks):
                     break
                 r = _InFlight(RecordState.AVAILABLE)
                 self._records[off] = r
@@ -247,7 +254,7 @@ class SharePartition:
         return ErrorCode.NONE
 
     def release_member(self, member_id: str) -> int:
-        """Release every record ``member_id`` holds (its share session closed, or it left the group); how many."""
+        """Release every record ``member_id`` holds (its share session closed); how many."""
         n = 0
         for r in self._records.values():
             if r.state is RecordState.ACQUIRED and r.member_id == member_id:
