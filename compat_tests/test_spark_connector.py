@@ -1,10 +1,10 @@
 """Spark's own Kafka connector (spark-sql-kafka-0-10, Spark 4.0) against kbroker.
 
-Runs only when the connector jars are provided: ``KBROKER_SPARK_JARS`` = comma-separated jars (or
-directories of jars): spark-sql-kafka-0-10_2.13, spark-token-provider-kafka-0-10_2.13, kafka-clients 3.9.0
-(``scripts/fetch_jars.sh clients39`` puts it in .cache/jars-3.9/) and commons-pool2. Otherwise every test here
-is skipped with "Spark's Kafka connector jar is not provided (set KBROKER_SPARK_JARS)"; docs/spark.md says
-how to get the jars. The project never builds or ships the connector.
+The connector jars (spark-sql-kafka-0-10_2.13 and spark-token-provider-kafka-0-10_2.13 of the installed
+pyspark, with the kafka-clients and commons-pool2 they name) come from Maven Central by coordinates:
+``scripts/fetch_jars.sh spark`` (java/pom.xml) puts them in .cache/spark-<pyspark version>/, and runs here when
+they are missing. ``KBROKER_SPARK_JARS`` (comma-separated jars or directories) overrides them. The project
+never builds or ships the connector.
 
 Covered: the clickstream pipeline end to end (generator -> streaming job -> page-view-counts + Parquet ->
 batch recount over an exact offset range) with a restart from the checkpoint and exact row counts; the
@@ -34,19 +34,21 @@ from compat_tests.spark.support import of, spark_record
 pytestmark = pytest.mark.timeout(600)
 
 BASE_TS = 1_700_000_000_000
+#: records stamped BASE_TS (2023) are past the default retention.ms (7 days): keep them, or the broker's next
+#: retention check (every 5 minutes; Kafka's deletes such segments, the active one included) empties the topic
+#: under a test that has not read it yet
+KEEP = {"retention.ms": "-1"}
 WINDOW_MS = 60_000
 DELAY_MS = 30_000
 
 
 @pytest.fixture(scope="module")
 def spark():
-    support.connector_jars_or_skip()
     return support.spark_session()
 
 
 @pytest.fixture(scope="module")
 def calls():
-    support.connector_jars_or_skip()
     return support.make_spark_calls()
 
 
@@ -83,6 +85,23 @@ def produce(calls, bootstrap, topic, count, *, partitions=3, tag="spark", base_t
     return {(a["partition"], a["offset"]): a["index"] for a in acks}
 
 
+# ============================================================================================ the jars
+
+
+def test_connector_jars_are_the_installed_sparks():
+    """The connector in use is the installed pyspark's (connector_jars() fails otherwise), and the
+    kafka-clients it brings is the one SparkCallsDriver runs on (compat_tests/test_spark_calls.py replays
+    the connector's client calls with it): a Spark upgrade that changes it must change both."""
+    import pyspark
+
+    names = sorted(os.path.basename(j) for j in support.connector_jars())
+    assert f"spark-sql-kafka-0-10_2.13-{pyspark.__version__}.jar" in names
+    assert f"spark-token-provider-kafka-0-10_2.13-{pyspark.__version__}.jar" in names
+    clients = [n for n in names if n.startswith("kafka-clients-")]
+    assert clients == [support.CLIENT_JARS[0]], f"connector brings {clients}, SparkCallsDriver uses " \
+        f"{support.CLIENT_JARS[0]} (java/pom.xml clients39)"
+
+
 # ============================================================================================ the pipeline
 
 
@@ -104,7 +123,7 @@ def test_pipeline_end_to_end_with_restart(spark, bootstrap_servers, tmp_path):
     import transforms
 
     views, counts_topic = unique("page-views"), unique("page-view-counts")
-    generator.ensure_topic(bootstrap_servers, views, 3)
+    create_topic(bootstrap_servers, views, 3, KEEP)
     generator.ensure_topic(bootstrap_servers, counts_topic, 2)
     events = generator.make_events(1500, step_ms=300, jitter_ms=4000, seed=21)  # 7.5 minutes of event time
     first, second = events[:900], events[900:]
@@ -174,17 +193,18 @@ def test_pipeline_end_to_end_with_restart(spark, bootstrap_servers, tmp_path):
 
 
 def test_stream_job_command_line(bootstrap_servers, tmp_path):
-    """The example's own entry points as a user runs them (separate Python processes, jars from
-    KBROKER_SPARK_JARS passed with --jars): generator, stream_job --trigger availableNow, batch_job."""
+    """The example's own entry points as a user runs them (separate Python processes, the connector jars
+    passed with --jars): generator, stream_job --trigger availableNow, batch_job."""
     import subprocess
     import sys
 
-    jars = ",".join(support.connector_jars_or_skip())
+    jars = ",".join(support.connector_jars())
     views, counts_topic = unique("page-views"), unique("page-view-counts")
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     env.pop(support.JARS_ENV, None)  # only --jars this time
     py = sys.executable
     ex = support.EXAMPLE_DIR
+    create_topic(bootstrap_servers, views, 3, KEEP)  # generator.py keeps an existing topic
     r = subprocess.run([py, str(ex / "generator.py"), "--bootstrap", bootstrap_servers, "--topic", views,
                         "--count", "600", "--start-ms", str(BASE_TS), "--step-ms", "500"],
                        capture_output=True, text=True, timeout=120, env=env)
@@ -212,12 +232,13 @@ def test_stream_job_command_line(bootstrap_servers, tmp_path):
 # ============================================================================================ source options
 
 
+@pytest.mark.kafka_reference  # the two together, with the Spark session start: ~2 min of the Kafka slice
 def test_offsets_options_batch(spark, calls, bootstrap_servers):
     """startingOffsets/endingOffsets as earliest, latest and per-partition JSON (-2/-1 included),
     startingTimestamp, startingOffsetsByTimestamp and endingOffsetsByTimestamp: exactly the records in
     the requested ranges, with the right content."""
     topic = unique("spark-offsets")
-    create_topic(bootstrap_servers, topic, 3)
+    create_topic(bootstrap_servers, topic, 3, KEEP)
     by_pos = produce(calls, bootstrap_servers, topic, 90)  # 30 per partition; p/offset j has ts BASE_TS+3j+p
     everything = [(topic, p, o) for p in range(3) for o in range(30)]
 
@@ -259,7 +280,7 @@ def test_subscribe_pattern_assign_headers_min_partitions(spark, calls, bootstrap
     (more Spark partitions than Kafka partitions, same records)."""
     prefix = unique("spark-pat")
     for name, parts in ((f"{prefix}-a", 2), (f"{prefix}-b", 3), (f"{prefix}x", 1)):
-        create_topic(bootstrap_servers, name, parts)
+        create_topic(bootstrap_servers, name, parts, KEEP)
     pos_a = produce(calls, bootstrap_servers, f"{prefix}-a", 20, partitions=2, tag="a")
     pos_b = produce(calls, bootstrap_servers, f"{prefix}-b", 30, partitions=3, tag="b")
     produce(calls, bootstrap_servers, f"{prefix}x", 5, partitions=1, tag="x")
@@ -288,7 +309,7 @@ def test_read_committed_over_non_transactional_data(spark, calls, bootstrap_serv
     """kafka.isolation.level=read_committed: without transactions the last stable offset is the high
     watermark, so batch and streaming reads return every record (transactions: the next test)."""
     topic = unique("spark-rc")
-    create_topic(bootstrap_servers, topic, 3)
+    create_topic(bootstrap_servers, topic, 3, KEEP)
     by_pos = produce(calls, bootstrap_servers, topic, 60, compression="zstd")
     df = kafka_reader(spark, bootstrap_servers, subscribe=topic, **{"kafka.isolation.level": "read_committed"}).load()
     assert positions(df) == sorted((topic, p, o) for p, o in by_pos)
@@ -303,6 +324,7 @@ def test_read_committed_over_non_transactional_data(spark, calls, bootstrap_serv
     assert positions(spark.table(name)) == sorted((topic, p, o) for p, o in by_pos)
 
 
+@pytest.mark.kafka_reference  # the two together, with the Spark session start: ~2 min of the Kafka slice
 def test_read_committed_over_aborted_and_open_transactions(spark, bootstrap_servers, tmp_path):
     """kafka.isolation.level=read_committed over a topic written by a transactional producer (confluent-kafka):
     committed, aborted, committed, then a transaction left open, with non-transactional records after it.
@@ -313,7 +335,7 @@ def test_read_committed_over_aborted_and_open_transactions(spark, bootstrap_serv
     from confluent_kafka import Producer
 
     topic = unique("spark-txn")
-    create_topic(bootstrap_servers, topic, 2)
+    create_topic(bootstrap_servers, topic, 2, KEEP)
     produced: list[tuple[str, int, int]] = []  # (value, partition, offset)
 
     def report(err, msg):
@@ -422,8 +444,8 @@ def test_write_with_topic_partition_and_headers_columns(spark, calls, bootstrap_
     from pyspark.sql import types as T
 
     t1, t2 = unique("spark-w1"), unique("spark-w2")
-    create_topic(bootstrap_servers, t1, 3)
-    create_topic(bootstrap_servers, t2, 2)
+    create_topic(bootstrap_servers, t1, 3, KEEP)
+    create_topic(bootstrap_servers, t2, 2, KEEP)
     schema = T.StructType([T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
                            T.StructField("key", T.StringType()), T.StructField("value", T.BinaryType()),
                            T.StructField("headers", T.ArrayType(T.StructType([
@@ -455,8 +477,8 @@ def test_triggers_available_now_processing_time_and_continuous(spark, calls, boo
     a processingTime query picks up records produced while it runs; a continuous query copies records
     from one topic to another with the Kafka sink."""
     topic, copy = unique("spark-trig"), unique("spark-trig-copy")
-    create_topic(bootstrap_servers, topic, 2)
-    create_topic(bootstrap_servers, copy, 2)
+    create_topic(bootstrap_servers, topic, 2, KEEP)
+    create_topic(bootstrap_servers, copy, 2, KEEP)
     by_pos = produce(calls, bootstrap_servers, topic, 50, partitions=2)
 
     def source(**opts):

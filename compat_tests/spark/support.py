@@ -2,10 +2,12 @@
 
 * ``SparkCalls``: runs compat_tests/java/SparkCallsDriver.java (compiled into .cache/spark-calls-classes/)
   on kafka-clients 3.9.0 from .cache/jars-3.9/ (``scripts/fetch_jars.sh clients39``).
-* ``spark_session()``: one local SparkSession per test process, bound to loopback, with the Kafka
-  connector jars from ``KBROKER_SPARK_JARS`` when given (see examples/clickstream/session.py).
-* ``require_pyspark()`` / ``connector_jars_or_skip()``: what the tests need, or skip with the reason
-  (never a skip in CI for pyspark: ``./dev.sh test`` installs it, so a missing pyspark fails there).
+* ``connector_jars()``: Spark's Kafka connector for the installed pyspark, from .cache/spark-<version>/
+  (``scripts/fetch_jars.sh spark``, run here when the directory is missing), or the jars listed in
+  ``KBROKER_SPARK_JARS`` when set (an override, see examples/clickstream/session.py).
+* ``spark_session()``: one local SparkSession per test process, bound to loopback, with those jars.
+* ``require_pyspark()``: pyspark, or skip with the reason (never a skip in CI: ``./dev.sh test`` installs it,
+  so a missing pyspark fails there).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import base64
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,7 +35,7 @@ CLIENT_JARS = ("kafka-clients-3.9.0.jar", ".resolved")  # scripts/fetch_jars.sh 
 FETCH_SCRIPT = REPO_ROOT / "scripts" / "fetch_jars.sh"
 
 JARS_ENV = "KBROKER_SPARK_JARS"
-NO_CONNECTOR_REASON = "Spark's Kafka connector jar is not provided (set KBROKER_SPARK_JARS)"
+CONNECTOR_JAR = "spark-sql-kafka-0-10_2.13-{version}.jar"
 
 if str(EXAMPLE_DIR) not in sys.path:
     sys.path.insert(0, str(EXAMPLE_DIR))  # the example's modules: transforms, session, generator, ...
@@ -137,20 +140,51 @@ def require_pyspark() -> Any:
     return pyspark
 
 
+def pinned_spark_version() -> str:
+    """The pyspark version pyproject.toml's spark extra pins (``pyspark==<v>``); scripts/fetch_jars.sh
+    resolves the connector of this version."""
+    text = (REPO_ROOT / "pyproject.toml").read_text()
+    m = re.search(r'"pyspark==([0-9][0-9A-Za-z.+-]*)"', text)
+    if not m:
+        pytest.fail("pyproject.toml has no pyspark==<version> pin", pytrace=False)
+    return m.group(1)
+
+
+def connector_jars_dir(version: str) -> Path:
+    return REPO_ROOT / ".cache" / f"spark-{version}"
+
+
+def _cached_connector_jars() -> list[str]:
+    """.cache/spark-<pyspark version>/*.jar, running scripts/fetch_jars.sh spark when it is not there yet.
+    The installed pyspark must be the pinned one (the cache is resolved for the pin)."""
+    installed, pinned = require_pyspark().__version__, pinned_spark_version()
+    if installed != pinned:
+        pytest.fail(f"pyspark {installed} is installed but pyproject.toml pins {pinned}: "
+                    "pip install -e '.[spark]' (./dev.sh test does)", pytrace=False)
+    directory = connector_jars_dir(pinned)
+    if not (directory / ".resolved").is_file():
+        r = subprocess.run(["bash", str(FETCH_SCRIPT), "spark"], capture_output=True, text=True, timeout=600)
+        if r.returncode != 0 or not (directory / ".resolved").is_file():
+            pytest.fail(f"scripts/fetch_jars.sh spark could not provide {directory} (exit {r.returncode}):\n"
+                        f"{r.stdout[-2000:]}\n{r.stderr[-3000:]}", pytrace=False)
+    return sorted(str(p) for p in directory.glob("*.jar"))
+
+
 def connector_jars() -> list[str]:
-    """The jars from KBROKER_SPARK_JARS (empty when unset). A listed path that does not exist fails."""
+    """The Kafka connector's jars: ``KBROKER_SPARK_JARS`` when set, else the cached ones of the installed
+    pyspark. Fails when a listed path does not exist or the connector jar is not the installed Spark's."""
     import session as example_session  # examples/clickstream/session.py
 
-    try:
-        return example_session.local_jars(None)
-    except FileNotFoundError as exc:
-        pytest.fail(f"{JARS_ENV}: {exc}", pytrace=False)
-
-
-def connector_jars_or_skip() -> list[str]:
-    jars = connector_jars() if os.environ.get(JARS_ENV) else []
-    if not jars:
-        pytest.skip(NO_CONNECTOR_REASON)
+    if os.environ.get(JARS_ENV):
+        try:
+            jars = example_session.local_jars(None)
+        except FileNotFoundError as exc:
+            pytest.fail(f"{JARS_ENV}: {exc}", pytrace=False)
+    else:
+        jars = _cached_connector_jars()
+    want = CONNECTOR_JAR.format(version=require_pyspark().__version__)
+    if not any(Path(j).name == want for j in jars):
+        pytest.fail(f"no {want} among the connector jars {jars}", pytrace=False)
     return jars
 
 
@@ -159,14 +193,14 @@ _SESSION: Any = None
 
 def spark_session() -> Any:
     """The test process's SparkSession (local[2], loopback, UTC, 2 shuffle partitions, no UI), with the
-    connector jars when KBROKER_SPARK_JARS is set. Created once; stopped at exit."""
+    Kafka connector's jars (``connector_jars()``). Created once; stopped at exit."""
     global _SESSION
     require_pyspark()
     if _SESSION is None:
         import session as example_session
 
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        jars = connector_jars() if os.environ.get(JARS_ENV) else []
+        jars = connector_jars()
         _SESSION = example_session.build_session(
             "kbroker-tests", jars=jars, packages="", master="local[2]", shuffle_partitions=2,
             extra={"spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
