@@ -54,3 +54,27 @@ def test_protocol_differential(pair: d.BrokerPair) -> None:
                       f"kbroker={f['kbroker']!r}" for f in fails[:60])
     assert not fails, (f"{len(fails)} differences from Kafka 4.3.1 not in {ALLOW.name} "
                        f"({len({f['sequence'] for f in fails})} sequences):\n{shown}")
+
+
+@pytest.fixture(scope="module")
+def auth_pair(tmp_path_factory: pytest.TempPathFactory):
+    with d.AuthBrokerPair(tmp_path_factory.mktemp("differential-auth")) as p:
+        yield p
+
+
+def test_protocol_differential_without_authorization_and_bad_sasl(auth_pair: d.AuthBrokerPair) -> None:
+    """Both brokers under Kafka's StandardAuthorizer with no ACLs: every valid sequence sent by ``alice`` (SASL/PLAIN,
+    no ACLs) gets the same refusals (authorization errors, the fields a denied request still fills, closed
+    connections), and authentication failures and misuse on the SASL listener are answered alike."""
+    allow = d.load_allow_list(ALLOW)
+    report = d.differential_denied(auth_pair, allow, budget_s=300)
+    if os.environ.get("KBROKER_DIFF_REPORT"):
+        Path(os.environ["KBROKER_DIFF_REPORT"] + ".auth.json").write_text(
+            json.dumps(report.to_json(), indent=1, default=str))
+    assert any(r.seq.kind == "denied" for r in report.results)
+    assert sum(r.seq.kind == "sasl" for r in report.results) >= 15
+    fails = report.failures()
+    shown = "\n".join(f"  {f['sequence']} step {f['step']} ({f['request']}): {f['path']}: kafka={f['kafka']!r} "
+                      f"kbroker={f['kbroker']!r}" for f in fails[:80])
+    assert not fails, (f"{len(fails)} differences from Kafka 4.3.1 not in {ALLOW.name} "
+                       f"({len({f['sequence'] for f in fails})} sequences):\n{shown}")

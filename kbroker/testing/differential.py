@@ -84,6 +84,9 @@ class Target:
     node_id: int = 1
     other_ports: tuple[int, ...] = ()
     data_dir: str | None = None
+    #: ``(user, password)``: every connection first authenticates with SASL/PLAIN (SaslHandshake v1, then
+    #: SaslAuthenticate v2) before a sequence's steps; None: no SASL
+    sasl_plain: tuple[str, str] | None = None
 
     @classmethod
     def of_process(cls, label: str, proc: Any) -> "Target":
@@ -170,7 +173,25 @@ class Conn:
         if self.sock is None:
             self.sock = socket.create_connection((self.target.host, self.target.port), timeout=self.timeout)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.target.sasl_plain is not None:
+                self._authenticate(*self.target.sasl_plain)
         return self.sock
+
+    def _authenticate(self, user: str, password: str) -> None:
+        """SASL/PLAIN on a fresh connection (KIP-43's SaslHandshake v1, then SaslAuthenticate v2); a refusal closes
+        the connection and raises ConnectionRefusedError (the step shows as ``closed``)."""
+        assert self.sock is not None
+        token = b"\0" + user.encode() + b"\0" + password.encode()
+        for key, version, msg in ((ApiKey.SASL_HANDSHAKE, 1, m.SaslHandshakeRequest(mechanism="PLAIN")),
+                                  (ApiKey.SASL_AUTHENTICATE, 2, m.SaslAuthenticateRequest(auth_bytes=token))):
+            self.corr += 1
+            frame = encode_request(key, version, msg, self.corr)
+            self.sock.sendall(struct.pack(">i", len(frame)) + frame)
+            (n,) = struct.unpack(">i", self._recv(4))
+            resp = decode_response(key, version, self._recv(n), self.corr)
+            if resp.error_code:
+                self.close()
+                raise ConnectionRefusedError(f"SASL {api_name(key)} as {user}: error code {resp.error_code}")
 
     def close(self) -> None:
         if self.sock is not None:
@@ -558,10 +579,13 @@ class AllowList:
         self.used = [0] * len(self.entries)
 
     def match(self, seq_name: str, path: str) -> str | None:
-        for i, (rs, rp) in enumerate(self._rx):
-            if rs.fullmatch(seq_name) and rp.fullmatch(path):
-                self.used[i] += 1
-                return self.entries[i]["reason"]
+        """The reason of the first entry matching; a ``denied: X`` sequence (X sent without authorization) also
+        matches X's entries, whose divergences do not depend on who asks."""
+        for name in (seq_name, seq_name.removeprefix("denied: ")):
+            for i, (rs, rp) in enumerate(self._rx):
+                if rs.fullmatch(name) and rp.fullmatch(path):
+                    self.used[i] += 1
+                    return self.entries[i]["reason"]
         return None
 
 
@@ -728,6 +752,68 @@ class BrokerPair:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+#: PLAIN users of :class:`AuthBrokerPair`'s SASL listener: ``admin`` (a super user) and ``alice`` (no ACLs)
+AUTH_PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+                   'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+
+
+class AuthBrokerPair(BrokerPair):
+    """A Kafka node and a kbroker node with the same security set-up: the harness's PLAINTEXT listener, whose
+    principal (``User:ANONYMOUS``) is a super user (the readiness probe and :func:`setup` use it), and a
+    SASL_PLAINTEXT listener named ``SASL`` with the PLAIN users of :data:`AUTH_PLAIN_JAAS`, under Kafka's
+    StandardAuthorizer with no ACLs (``allow.everyone.if.no.acl.found`` false): ``alice`` may do nothing. For the
+    differential of authentication failures (:func:`sasl_sequences`) and of missing authorization
+    (:func:`differential_denied`)."""
+
+    def __init__(self, root: str | Path, overrides: dict[str, str] | None = None) -> None:
+        from kbroker.testing.kafka import KafkaProcess  # noqa: PLC0415
+        from kbroker.testing.plugin import KbrokerProcess, free_port  # noqa: PLC0415
+
+        root = Path(root)
+        self.sasl_ports: dict[str, int] = {}
+        nodes = []
+        for label, cls in (("kafka", KafkaProcess), ("kbroker", KbrokerProcess)):
+            port, sasl_port = free_port(), free_port()
+            listeners = f"PLAINTEXT://127.0.0.1:{port},SASL://127.0.0.1:{sasl_port}"
+            props = {**PAIR_OVERRIDES, "listeners": listeners, "advertised.listeners": listeners,
+                     "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL:SASL_PLAINTEXT",
+                     "sasl.enabled.mechanisms": "PLAIN", "listener.name.sasl.plain.sasl.jaas.config": AUTH_PLAIN_JAAS,
+                     "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                     "super.users": "User:ANONYMOUS;User:admin", **(overrides or {})}
+            nodes.append(cls(root / label, port=port, overrides=props))
+            self.sasl_ports[label] = sasl_port
+        self.kafka, self.kbroker = nodes
+
+    def sasl_targets(self, user: str | None = None, password: str | None = None) -> tuple[Target, Target]:
+        """Targets on the SASL listeners: connections authenticated as ``user`` first, or not at all (None)."""
+        out = []
+        for label, proc in (("kafka", self.kafka), ("kbroker", self.kbroker)):
+            t = Target.of_process(label, proc)
+            out.append(dataclasses.replace(t, port=self.sasl_ports[label], other_ports=(*t.other_ports, proc.port),
+                                           sasl_plain=(user, password or "") if user else None))
+        return out[0], out[1]
+
+
+def differential_denied(pair: AuthBrokerPair, allow: AllowList | None = None, only: str | None = None,
+                        budget_s: float = 900.0) -> Report:
+    """Missing authorization: every valid sequence (:func:`valid_sequences`) sent as ``alice``, who has no ACLs,
+    after :func:`setup` as the super user; then the SASL sequences on unauthenticated connections. Sequence names
+    get the prefix ``denied: ``."""
+    kafka, kbroker = pair.targets()
+    n = Names()
+    advertised = advertised_versions(kafka)
+    ids = setup([kafka, kbroker], n)
+    seqs = [dataclasses.replace(s, name=f"denied: {s.name}", kind="denied") for s in valid_sequences(advertised, n)]
+    if only:
+        seqs = [s for s in seqs if re.search(only, s.name)]
+    alice = pair.sasl_targets("alice", "alice-secret")
+    report = run(alice[0], alice[1], seqs, allow, ids, budget_s=budget_s)
+    sasl = [s for s in _seqs.sasl_sequences(n) if not only or re.search(only, s.name)]
+    anonymous = pair.sasl_targets()
+    more = run(anonymous[0], anonymous[1], sasl, allow, ids, budget_s=budget_s)
+    return Report(report.results + more.results, report.seconds + more.seconds, report.kafka, report.kbroker)
 
 
 def differential(kafka: Target, kbroker: Target, allow: AllowList | None = None, only: str | None = None,

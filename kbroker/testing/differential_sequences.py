@@ -10,6 +10,8 @@
   malformed frames, unknown API keys, wrong epochs and generations.
 * :func:`refused_sequences`: every API key of the specs that the reference does not advertise on its client
   listener (controller-only and removed APIs): both brokers must refuse it the same way.
+* :func:`sasl_sequences`: authentication failures and misuse on a SASL_PLAINTEXT listener; with
+  :func:`~kbroker.testing.differential.differential_denied` the valid sequences sent by a user without ACLs.
 
 :func:`setup` runs once per broker before the sequences: the shared topics (``T`` with 2 partitions and 3 records in
 partition 0, ``TP`` for produce, ``TC`` for config changes), the group and transaction coordinators warmed up
@@ -424,7 +426,7 @@ def _end_txn(v: int, n: Names, seq: str) -> list[Step]:
 def _txn_offset_commit(v: int, n: Names, seq: str) -> list[Step]:
     T = m.TxnOffsetCommitRequest
     return [_init_txn(n, seq), S(K.ADD_OFFSETS_TO_TXN, 3, req(K.ADD_OFFSETS_TO_TXN, 3, n, seq)),
-            S(K.TXN_OFFSET_COMMIT, v, lambda ctx: fill(T, v, ctx, n, seq, generation_id=-1, member_id="",
+            S(K.TXN_OFFSET_COMMIT, v, lambda ctx: fill(T, v, ctx, n, seq, generation_id_or_member_epoch=-1, member_id="",
                                                        group_instance_id=None, topics=[T.TxnOffsetCommitRequestTopic(
                                                            name=n.topic, partitions=[
                                                                T.TxnOffsetCommitRequestPartition(
@@ -839,6 +841,50 @@ def refused_sequences(advertised: dict[int, tuple[int, int]], n: Names) -> list[
                                             client_software_name="kbroker-differential",
                                             client_software_version="1.0"), timeout=3, outcome_only=True)],
                                 "refused"))
+    return out
+
+
+def sasl_sequences(n: Names) -> list[Sequence]:
+    """Authentication on a fresh, unauthenticated connection to a SASL_PLAINTEXT listener with the PLAIN users
+    ``admin`` and ``alice`` (:class:`~kbroker.testing.differential.AuthBrokerPair`): unsupported mechanisms,
+    wrong and malformed credentials, requests before or without a handshake, a second handshake, and the good
+    path at every SaslAuthenticate version; each ends with an ApiVersions that shows whether the connection is
+    still open (KIP-43, KIP-152)."""
+    H, A = m.SaslHandshakeRequest, m.SaslAuthenticateRequest
+    good = b"\0alice\0alice-secret"
+    out: list[Sequence] = []
+
+    def add(name: str, key: int, *steps: Step) -> None:
+        out.append(Sequence(f"sasl: {name}", int(key), list(steps), "sasl"))
+
+    def open_() -> Step:  # is the connection still open, and what does it answer
+        return S(K.API_VERSIONS, 3, m.ApiVersionsRequest(client_software_name="kbroker-differential",
+                                                         client_software_version="1.0"), timeout=3, outcome_only=True)
+
+    def hs(mech: str = "PLAIN", v: int = 1) -> Step:
+        return S(K.SASL_HANDSHAKE, v, H(mechanism=mech), timeout=5)
+
+    def auth(token: bytes, v: int = 2) -> Step:
+        return S(K.SASL_AUTHENTICATE, v, A(auth_bytes=token), timeout=5)
+
+    meta = S(K.METADATA, 12, m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(name=n.topic)],
+                                                allow_auto_topic_creation=False), timeout=5)
+    add("unsupported mechanism", K.SASL_HANDSHAKE, hs("SCRAM-SHA-999"), open_())
+    add("mechanism in lower case", K.SASL_HANDSHAKE, hs("plain"), open_())
+    add("wrong password", K.SASL_AUTHENTICATE, hs(), auth(b"\0alice\0wrong"), open_())
+    add("unknown user", K.SASL_AUTHENTICATE, hs(), auth(b"\0mallory\0alice-secret"), open_())
+    add("malformed PLAIN token", K.SASL_AUTHENTICATE, hs(), auth(b"alice-without-separators"), open_())
+    add("authorization id of another user", K.SASL_AUTHENTICATE, hs(), auth(b"admin\0alice\0alice-secret"),
+        open_())
+    add("empty token", K.SASL_AUTHENTICATE, hs(), auth(b""), open_())
+    add("Metadata before authentication", K.METADATA, meta, open_())
+    add("SaslAuthenticate without a handshake", K.SASL_AUTHENTICATE, auth(good), open_())
+    add("a second handshake after authentication", K.SASL_HANDSHAKE, hs(), auth(good), hs(), open_())
+    add("a second SaslAuthenticate", K.SASL_AUTHENTICATE, hs(), auth(good), auth(good), open_())
+    add("ApiVersions before the handshake", K.API_VERSIONS, open_(), hs(), auth(good), meta)
+    for v in (0, 1, 2):
+        add(f"PLAIN with SaslAuthenticate v{v}", K.SASL_AUTHENTICATE, hs(), auth(good, v), meta)
+    add("PLAIN with SaslHandshake v0 then a framed SaslAuthenticate", K.SASL_HANDSHAKE, hs(v=0), auth(good), open_())
     return out
 
 

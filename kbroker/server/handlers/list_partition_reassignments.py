@@ -2,7 +2,8 @@
 
 Behavior: the partitions whose replica set is being changed (adding or removing replicas in the metadata
 image), all of them when ``Topics`` is null or only the named partitions; unknown topics and partitions
-without a reassignment are left out. In a cluster a broker that is not the active controller forwards the
+without a reassignment are left out. Without DESCRIBE on the cluster: CLUSTER_AUTHORIZATION_FAILED, with every named
+partition echoed with empty replica lists (Kafka's error answer). In a cluster a broker that is not the active controller forwards the
 request there (its own image may be behind).
 Version notes: v0 is flexible.
 """
@@ -22,7 +23,12 @@ async def handle(ctx, request: ListPartitionReassignmentsRequest) -> R:
     from kbroker.server.handlers.common import CLUSTER_DENIED_MESSAGE, cluster_denied, maybe_forward
 
     if cluster_denied(ctx, AclOperation.DESCRIBE):
-        return R(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=CLUSTER_DENIED_MESSAGE)
+        # Kafka's error answer echoes every named partition with empty replica lists
+        return R(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=CLUSTER_DENIED_MESSAGE, topics=[
+            R.OngoingTopicReassignment(name=t.name, partitions=[
+                R.OngoingPartitionReassignment(partition_index=i, replicas=[], adding_replicas=[],
+                                               removing_replicas=[]) for i in t.partition_indexes])
+            for t in request.topics or ()])
 
     if (forwarded := await maybe_forward(ctx, request)) is not None:
         return forwarded  # a standby in a cluster: the active controller answered
