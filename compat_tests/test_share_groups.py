@@ -287,13 +287,20 @@ def _acknowledged_at_close(kbroker_factory, ack_type) -> tuple[list, list]:  # n
         _warm_explicit(c, Warmup(producer, topic))
     finally:
         c.close()
+    return _acknowledged_at_close_rounds(broker.bootstrap, topic, group, producer, [ack_type] * 8)
+
+
+def _acknowledged_at_close_rounds(bootstrap: str, topic: str, group: str, producer: Producer,
+                                  acks: list) -> tuple[list, list]:
+    """One round per entry of ``acks`` (see :func:`_acknowledged_at_close`) on a share group whose partition is
+    already initialized; 3 records a round."""
     deliveries: list = []
-    rounds, per_round = 8, 3
-    for r in range(rounds):
+    per_round = 3
+    for r, ack_type in enumerate(acks):
         for i in range(per_round):
             producer.produce(topic, b"r%d-%d" % (r, i))
         producer.flush(5)
-        c = consumer(broker.bootstrap, group, explicit=True)
+        c = consumer(bootstrap, group, explicit=True)
         c.subscribe([topic])
         try:
             deadline = time.monotonic() + 30
@@ -309,7 +316,7 @@ def _acknowledged_at_close(kbroker_factory, ack_type) -> tuple[list, list]:  # n
             c.close()  # no commit: the acknowledgements are sent by close
     producer.produce(topic, b"sentinel")
     producer.flush(5)
-    last = consumer(broker.bootstrap, group, explicit=True)
+    last = consumer(bootstrap, group, explicit=True)
     last.subscribe([topic])
     try:
         after = _poll_until(last, lambda s: any(m.value() == b"sentinel" for m in s), 30)
@@ -798,6 +805,110 @@ def test_java_released_records_archived_at_delivery_count_limit(kbroker_factory,
     assert deliveries == {"x-0": [1, 2], "x-1": [1, 2], "x-2": [1, 2]}
 
 
+def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> None:
+    """IncrementalAlterConfigs SET on the GROUP resource ``group`` (it need not exist yet)."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.incremental_alter_configs([res])[res].result(10)
+
+
+def _java_setup(kbroker_factory, group_configs: dict[str, str] | None = None):  # noqa: ANN001, ANN202
+    """A broker, a 1-partition topic, a producer and a share group starting at the earliest offset (group config
+    ``share.auto.offset.reset``, so no warm-up is needed) plus ``group_configs``."""
+    broker, topic, group, producer = _one_consumer_setup({}, kbroker_factory)
+    set_group_configs(broker.bootstrap, group, {"share.auto.offset.reset": "earliest", **(group_configs or {})})
+    return broker, topic, group, producer
+
+
+def java_take(driver: list[str], bootstrap: str, group: str, topic: str, prefix: str, count: int,
+              timeout: float = 30.0, **opts: Any) -> list[dict[str, Any]]:
+    """``ShareDriver take`` (one explicit-mode KafkaShareConsumer until ``count`` records starting with ``prefix``);
+    its events. ``opts`` are its options (``max_poll_records=3`` -> ``--max-poll-records 3``)."""
+    args = ["take", "--bootstrap", bootstrap, "--group", group, "--topic", topic, "--prefix", prefix,
+            "--count", str(count), "--timeout-ms", str(int(timeout * 1000))]
+    for k, v in opts.items():
+        args += ["--" + k.replace("_", "-"), str(v).lower() if isinstance(v, bool) else str(v)]
+    r = subprocess.run(driver + args, capture_output=True, text=True, timeout=timeout + 60)
+    events = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert r.returncode == 0 and not any(e["event"] == "error" for e in events), \
+        f"ShareDriver take exited {r.returncode}: {events[-5:]}\n{r.stderr[-3000:]}"
+    return events
+
+
+def _records(events: list[dict[str, Any]], prefix: str = "") -> list[dict[str, Any]]:
+    return [e for e in events if e["event"] == "record" and e["value"].startswith(prefix)]
+
+
+@pytest.mark.parametrize("ack_name", ["ACCEPT", "REJECT"])
+def test_java_acknowledgements_sent_at_close_are_applied(kbroker_factory, share_driver, ack_name):
+    """Like test_confluent_acknowledgements_sent_at_close_are_applied with the Java KafkaShareConsumer: 4 rounds of
+    a new consumer that acknowledges its round's 3 records with ``ack_name`` and closes without commitSync (close()
+    sends them); no record is delivered twice, and a last consumer gets only a sentinel."""
+    broker, topic, group, producer = _java_setup(kbroker_factory)
+    deliveries: list[tuple[str, int]] = []
+    for r in range(4):
+        for i in range(3):
+            producer.produce(topic, b"r%d-%d" % (r, i))
+        producer.flush(5)
+        events = java_take(share_driver, broker.bootstrap, group, topic, f"r{r}-", 3, ack=ack_name.lower(),
+                           commit=False)
+        deliveries += [(e["value"], e["delivery"]) for e in _records(events, "r")]
+    producer.produce(topic, b"sentinel")
+    producer.flush(5)
+    after = _records(java_take(share_driver, broker.bootstrap, group, topic, "sentinel", 1, extra_ms=1000))
+    counts = Counter(v for v, _ in deliveries)
+    assert sorted(counts) == sorted(f"r{r}-{i}" for r in range(4) for i in range(3))
+    assert all(n == 1 for n in counts.values()), {v: n for v, n in counts.items() if n > 1}
+    assert all(d == 1 for _, d in deliveries), deliveries
+    assert [e["value"] for e in after] == ["sentinel"]
+
+
+def test_java_partition_max_record_locks_caps_in_flight_records(kbroker_factory, share_driver):
+    """Group config ``share.partition.max.record.locks`` 100: a KafkaShareConsumer (max.poll.records 500) given a
+    backlog of 300 single-record batches never gets more than 100 records in a poll; it gets all 300, each once."""
+    broker, topic, group, producer = _java_setup(kbroker_factory, {"share.partition.max.record.locks": "100"})
+    for i in range(300):
+        producer.produce(topic, b"m-%03d" % i)
+        producer.flush(5)  # one record per batch
+    events = java_take(share_driver, broker.bootstrap, group, topic, "m-", 300, timeout=60, extra_ms=500)
+    polls = [e["count"] for e in events if e["event"] == "poll"]
+    got = [e["value"] for e in _records(events, "m-")]
+    assert sorted(got) == ["m-%03d" % i for i in range(300)]
+    assert max(polls) <= 100, polls
+    assert len(polls) >= 3, polls
+
+
+@pytest.mark.kafka_reference
+@pytest.mark.parametrize("mode", ["batch_optimized", "record_limit"])
+def test_java_acquisition_with_max_poll_records(kbroker_factory, share_driver, mode):
+    """A KafkaShareConsumer with ``max.poll.records`` 3 and ``share.acquire.mode`` ``mode`` (ShareFetch
+    ShareAcquireMode, KIP-1206) fetches one 10-record producer batch and is halted after its first poll (no close:
+    its connection drops, its records are released). batch_optimized acquires the whole batch, so all 10 come back
+    to the next consumer with delivery count 2; record_limit acquires exactly 3 records a fetch, so its first poll
+    has 3 and only those 3 come back with delivery count 2."""
+    broker, topic, group, producer = _java_setup(kbroker_factory)
+    batcher = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1000})
+    for i in range(10):
+        batcher.produce(topic, b"b-%d" % i)
+    assert batcher.flush(10) == 0
+    first = java_take(share_driver, broker.bootstrap, group, topic, "b-", 1, max_poll_records=3, acquire_mode=mode,
+                      halt=True)
+    assert first[-1] == {"event": "halt"}, first
+    polled = [e["offset"] for e in _records(first, "b-")]
+    again = _records(java_take(share_driver, broker.bootstrap, group, topic, "b-", 10, extra_ms=500), "b-")
+    counts = {e["value"]: e["delivery"] for e in again}
+    assert sorted(counts) == ["b-%d" % i for i in range(10)] and len(again) == 10, again
+    if mode == "batch_optimized":
+        assert polled == list(range(10)), polled  # the poll returns the whole batch: more than max.poll.records
+        assert counts == {"b-%d" % i: 2 for i in range(10)}, counts
+    else:
+        assert polled == [0, 1, 2], polled
+        assert counts == {"b-%d" % i: 2 if i < 3 else 1 for i in range(10)}, counts
+
+
 # ============================================================================================ cluster
 
 
@@ -1107,3 +1218,70 @@ def test_group_config_share_auto_offset_reset_earliest(kbroker_factory):
 
     assert sorted(read(early, 20)) == sorted(f"old-{i}".encode() for i in range(10))
     assert read(late, 4) == []
+
+
+def test_share_group_on_three_nodes_coordinators_apart_from_the_leader(tmp_path, share_driver):
+    """3 nodes; a 1-partition topic led (manual replica assignment) by another node than both the share group's
+    coordinator (FindCoordinator key type 0) and its share coordinator (FindCoordinator key type 2, the leader of
+    the group's ``__share_group_state`` partition). librdkafka: acknowledgements (ACCEPT and REJECT) a consumer
+    sends as it closes are applied, none redelivered; the Java KafkaShareConsumer: a plain consume of 20 records,
+    each once; the Java Admin client's listShareGroupOffsets: the start offset and a lag of 0."""
+    from kbroker.cli._wire import WireClient
+    from kbroker.coordinator.share.service import SHARE_STATE_TOPIC, coordinator_key
+    from kbroker.protocol import messages as m
+    from kbroker.testing.cluster import KbrokerCluster, wait_until
+
+    with KbrokerCluster(tmp_path, nodes=3, overrides=dict(FAST_HEARTBEAT)) as cluster:
+        bootstrap = cluster.bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        nodes = sorted(wait_until(lambda: len(b := admin.list_topics(timeout=10).brokers) == 3 and b, 60,
+                                  "all three brokers registered"))
+        topic = unique("share")
+        leader = nodes[0]
+        created = admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[nodes])],
+                                      request_timeout=30)
+        created[topic].result(60)
+        assert wait_until(lambda: _all_led(admin, topic), 60, "the topic led") == {0: leader}
+        topic_id = _topic_id(admin, topic)
+        candidates = [unique("sg") for _ in range(30)]
+
+        def coordinators(wire, key_type: int, keys: list[str]) -> dict[str, int] | None:  # noqa: ANN001
+            resp = wire.send(m.FindCoordinatorRequest(key_type=key_type, coordinator_keys=keys), 6)
+            found = {c.key: c.node_id for c in resp.coordinators if c.error_code == 0}
+            return found if len(found) == len(keys) else None
+
+        with WireClient(bootstrap) as wire:  # key type 2 creates __share_group_state
+            group_coord = wait_until(lambda: coordinators(wire, 0, candidates), 60, "the group coordinators")
+            keys = {coordinator_key(g, topic_id, 0): g for g in candidates}
+            share_coord = {keys[k]: n for k, n in
+                           wait_until(lambda: coordinators(wire, 2, list(keys)), 60, "the share coordinators").items()}
+        group = next(g for g in candidates if group_coord[g] != leader and share_coord[g] != leader)
+        assert SHARE_STATE_TOPIC in admin.list_topics(timeout=10).topics
+        set_group_configs(bootstrap, group, {"share.auto.offset.reset": "earliest"})
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+
+        deliveries, redelivered = _acknowledged_at_close_rounds(
+            bootstrap, topic, group, producer, [AcknowledgeType.ACCEPT, AcknowledgeType.REJECT] * 2)
+        counts = Counter(v for v, _ in deliveries)
+        assert sorted(counts) == sorted(b"r%d-%d" % (r, i) for r in range(4) for i in range(3))
+        assert all(n == 1 for n in counts.values()), {v: n for v, n in counts.items() if n > 1}
+        assert all(d == 1 for _, d in deliveries) and redelivered == []
+
+        for i in range(20):
+            producer.produce(topic, b"p-%02d" % i)
+        producer.flush(10)
+        got = _records(java_take(share_driver, bootstrap, group, topic, "p-", 20, timeout=60, extra_ms=1000))
+        assert sorted(e["value"] for e in got) == ["p-%02d" % i for i in range(20)]
+        assert all(e["delivery"] == 1 for e in got), got
+        # listShareGroupOffsets (group coordinator): the state the leader wrote to the share coordinator, the lag with
+        # the leader's high watermark. All 33 records (4 rounds of 3, the sentinel, these 20) are done: kbroker's
+        # start offset is past them; Kafka 4.3.1 keeps its persisted start offset at 13 here and counts the 20
+        # accepted records as delivered in the lag
+        want = {f"{topic}-0": {"start": 13 if current_target() == "kafka" else 33, "lag": 0}}
+        wait_until(lambda: java_admin(share_driver, "describe", "--bootstrap", bootstrap, "--group", group)["state"]
+                   == "Empty", 30, "an empty group")
+        deadline = time.monotonic() + 30
+        while (listed := java_admin(share_driver, "offsets", "--bootstrap", bootstrap, "--group", group, "--topic",
+                                    topic, "--partition", "0")["offsets"]) != want:
+            assert time.monotonic() < deadline, f"listShareGroupOffsets: {listed}, not {want}"
+            time.sleep(0.5)

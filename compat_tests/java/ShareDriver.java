@@ -12,11 +12,23 @@
 //       without --ack the implicit mode accepts them). Prints {"event":"record","consumer":i,"offset":o,
 //       "value":v,"delivery":d} per record and {"event":"ready"} once every consumer polled once. Stops
 //       cleanly (close()) when stdin reaches EOF, then prints {"event":"closed"}.
+//   take --bootstrap B --group G --topic T --prefix P --count N [--ack accept|release|reject] [--commit true|false]
+//        [--max-poll-records M] [--acquire-mode batch_optimized|record_limit] [--halt true] [--extra-ms X]
+//        [--timeout-ms 30000]
+//       One KafkaShareConsumer in explicit acknowledgement mode polls until it got N records whose value starts
+//       with P, acknowledging each with --ack (default accept; other records are accepted), then polls X ms more
+//       the same way and closes. With --commit true (default) commitSync follows every poll that returned records;
+//       with false the acknowledgements go out with close(). Prints {"event":"poll","count":k} per non-empty poll
+//       (before its records), {"event":"record",...} per record and {"event":"closed"}. With --halt true the
+//       process halts (no close(), like kill -9) right after the first poll holding a P record, printing
+//       {"event":"halt"}. Not N records within the timeout: {"event":"error","error_class":"Timeout",...}, exit 1.
 //   describe --bootstrap B --group G   -> {"event":"group","state":S,"epoch":E,"members":[{"id","epoch",
 //                                          "client_id","partitions":["topic-p",...]}]}
 //   list --bootstrap B                 -> {"event":"groups","groups":[{"id","state","type"}]}
-//   offsets --bootstrap B --group G    -> {"event":"offsets","offsets":{"topic-p":{"start":S,"lag":L}}}
-//                                         (listShareGroupOffsets; lag -1 when not given)
+//   offsets --bootstrap B --group G [--topic T [--partition P]]
+//                                      -> {"event":"offsets","offsets":{"topic-p":{"start":S,"lag":L}}}
+//                                         (listShareGroupOffsets of every partition with a state, or of T-P;
+//                                         lag -1 when not given)
 //   alter --bootstrap B --group G --topic T --partition P --offset O
 //                                      -> {"event":"altered"} (alterShareGroupOffsets)
 //   delete-offsets --bootstrap B --group G --topic T -> {"event":"deleted-offsets"} (deleteShareGroupOffsets)
@@ -62,6 +74,7 @@ public class ShareDriver {
         try {
             switch (argv[0]) {
                 case "consume": consume(opts); break;
+                case "take": take(opts); break;
                 case "describe": describe(opts); break;
                 case "list": list(opts); break;
                 case "offsets": offsets(opts); break;
@@ -162,6 +175,67 @@ public class ShareDriver {
         emit("{\"event\":\"closed\"}");
     }
 
+    static void take(Map<String, String> opts) throws Exception {
+        String prefix = opts.get("prefix");
+        int count = Integer.parseInt(opts.get("count"));
+        AcknowledgeType type = AcknowledgeType.valueOf(opts.getOrDefault("ack", "accept").toUpperCase());
+        boolean commit = Boolean.parseBoolean(opts.getOrDefault("commit", "true"));
+        boolean halt = Boolean.parseBoolean(opts.getOrDefault("halt", "false"));
+        long extraMs = Long.parseLong(opts.getOrDefault("extra-ms", "0"));
+        long deadline = System.currentTimeMillis() + Long.parseLong(opts.getOrDefault("timeout-ms", "30000"));
+        Properties p = new Properties();
+        p.put("bootstrap.servers", opts.get("bootstrap"));
+        p.put("group.id", opts.get("group"));
+        p.put("share.acknowledgement.mode", "explicit");
+        if (opts.containsKey("max-poll-records")) {
+            p.put("max.poll.records", opts.get("max-poll-records"));
+        }
+        if (opts.containsKey("acquire-mode")) {
+            p.put("share.acquire.mode", opts.get("acquire-mode"));
+        }
+        int got = 0;
+        long stopAt = Long.MAX_VALUE;
+        try (KafkaShareConsumer<byte[], byte[]> c = new KafkaShareConsumer<>(
+                p, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+            c.subscribe(Collections.singletonList(opts.get("topic")));
+            while (System.currentTimeMillis() < stopAt) {
+                if (got < count && System.currentTimeMillis() > deadline) {
+                    emit("{\"event\":\"error\",\"error_class\":\"Timeout\",\"message\":"
+                         + q("got " + got + " of " + count + " records") + "}");
+                    System.exit(1);
+                }
+                ConsumerRecords<byte[], byte[]> records = c.poll(Duration.ofMillis(300));
+                if (records.isEmpty()) {
+                    continue;
+                }
+                emit("{\"event\":\"poll\",\"count\":" + records.count() + "}");
+                boolean mine = false;
+                for (ConsumerRecord<byte[], byte[]> r : records) {
+                    String v = new String(r.value(), StandardCharsets.UTF_8);
+                    int delivery = r.deliveryCount().map(Short::intValue).orElse(-1);
+                    emit("{\"event\":\"record\",\"offset\":" + r.offset() + ",\"value\":" + q(v)
+                         + ",\"delivery\":" + delivery + "}");
+                    if (v.startsWith(prefix)) {
+                        mine = true;
+                        got++;
+                    }
+                    c.acknowledge(r, v.startsWith(prefix) ? type : AcknowledgeType.ACCEPT);
+                }
+                if (halt && mine) {
+                    emit("{\"event\":\"halt\"}");
+                    Runtime.getRuntime().halt(0);
+                }
+                if (commit) {
+                    c.commitSync(Duration.ofSeconds(10));
+                }
+                if (got >= count && stopAt == Long.MAX_VALUE) {
+                    stopAt = System.currentTimeMillis() + extraMs;
+                }
+            }
+        }
+        emit("{\"event\":\"closed\"}");
+    }
+
     static Admin admin(Map<String, String> opts) {
         Properties p = new Properties();
         p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, opts.get("bootstrap"));
@@ -214,8 +288,13 @@ public class ShareDriver {
     static void offsets(Map<String, String> opts) throws Exception {
         try (Admin a = admin(opts)) {
             String group = opts.get("group");
+            ListShareGroupOffsetsSpec spec = new ListShareGroupOffsetsSpec();
+            if (opts.containsKey("topic")) {
+                spec.topicPartitions(Collections.singletonList(
+                    new TopicPartition(opts.get("topic"), Integer.parseInt(opts.getOrDefault("partition", "0")))));
+            }
             Map<TopicPartition, SharePartitionOffsetInfo> got = a.listShareGroupOffsets(
-                Collections.singletonMap(group, new ListShareGroupOffsetsSpec())).partitionsToOffsetInfo(group).get();
+                Collections.singletonMap(group, spec)).partitionsToOffsetInfo(group).get();
             StringBuilder out = new StringBuilder("{");
             for (Map.Entry<TopicPartition, SharePartitionOffsetInfo> e : got.entrySet()) {
                 if (out.length() > 1) {

@@ -4,9 +4,10 @@
 Behavior: per group, per requested partition (``Topics`` null: every share partition of the group with a
 state): ``StartOffset`` is the share-partition start offset from ``__share_group_state`` (-1 while the
 partition has no state yet), ``LeaderEpoch`` the one written with it, and (v1) ``Lag`` the records between the
-start offset and the high watermark not yet acknowledged or archived (-1 when unknown, e.g. the partition is not
-led here). Errors: group level GROUP_ID_NOT_FOUND (no share group of that id), GROUP_AUTHORIZATION_FAILED (no
-DESCRIBE on the group), the coordinator errors; partition level UNKNOWN_TOPIC_OR_PARTITION,
+start offset and the high watermark not yet acknowledged or archived (the high watermark asked of the
+partition leader with ListOffsets when that is another node; -1 when unknown). Errors: group level
+GROUP_ID_NOT_FOUND (no share group of that id), GROUP_AUTHORIZATION_FAILED (no DESCRIBE on the group), the
+coordinator errors; partition level UNKNOWN_TOPIC_OR_PARTITION,
 TOPIC_AUTHORIZATION_FAILED (no DESCRIBE on the topic). A state kept by another node (the leader of its
 ``__share_group_state`` partition) is read from it with ReadShareGroupStateSummary; with ``Topics`` null the
 partitions are those with a state on this node and every partition of the topics the group's members subscribe to.
@@ -27,16 +28,28 @@ VERSIONS = range(0, 2)
 Resp = DescribeShareGroupOffsetsResponse
 
 
-def _lag(ctx, topic: str, partition: int, state) -> int:  # noqa: ANN001
+async def _lag(ctx, topic: str, partition: int, state) -> int:  # noqa: ANN001
+    """High watermark - start offset - delivery-complete records; the high watermark from this node's replica when
+    it leads the partition, else from the leader (ListOffsets). -1 when not known."""
     if state is None:
         return -1
+    broker = ctx.broker
     try:
-        part = ctx.broker.replica_manager.get_partition(topic, partition)
+        part = broker.replica_manager.get_partition(topic, partition)
+    except KafkaError:
+        part = None
+    try:
+        if part is not None and part.is_leader:
+            end = part.high_watermark
+        else:
+            t = broker.controller.image.topics_by_name.get(topic)
+            pr = t.partitions.get(partition) if t is not None else None
+            if pr is None or pr.leader < 0 or pr.leader == broker.node_id:
+                return -1
+            end = await broker.share_persister.latest_offset(topic, partition, pr.leader)
     except KafkaError:
         return -1
-    if not part.is_leader:
-        return -1
-    return max(0, part.high_watermark - state.start_offset - max(state.delivery_complete, 0))
+    return max(0, end - state.start_offset - max(state.delivery_complete, 0))
 
 
 async def handle(ctx, request: DescribeShareGroupOffsetsRequest) -> DescribeShareGroupOffsetsResponse:
@@ -104,7 +117,7 @@ async def handle(ctx, request: DescribeShareGroupOffsetsRequest) -> DescribeShar
                 if state is not None:
                     pd.start_offset, pd.leader_epoch = state.start_offset, state.leader_epoch
                 if ctx.api_version >= 1:
-                    pd.lag = _lag(ctx, name, p, state)
+                    pd.lag = await _lag(ctx, name, p, state)
         if g.topics is None:
             out.topics = [t for t in out.topics if t.partitions]
     return resp

@@ -235,6 +235,20 @@ class SharePersister:
         except Exception as exc:  # NodeRequestError: the node went away or did not answer in time
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, str(exc)) from exc
 
+    async def latest_offset(self, topic: str, partition: int, leader: int) -> int:
+        """The high watermark of ``topic``-``partition`` as its leader, another node, answers ListOffsets (v5,
+        LATEST, read_uncommitted): DescribeShareGroupOffsets' lag when the group coordinator does not lead the
+        partition. Raises KafkaError (the partition's error, or COORDINATOR_NOT_AVAILABLE: no answer)."""
+        from kbroker.protocol.messages import ListOffsetsRequest as Req
+
+        resp = await self._ask(leader, ApiKey.LIST_OFFSETS, 5, Req(replica_id=-1, isolation_level=0, topics=[
+            Req.ListOffsetsTopic(name=topic, partitions=[Req.ListOffsetsPartition(partition_index=partition,
+                                                                                   timestamp=-1)])]))
+        pr = resp.topics[0].partitions[0]
+        if pr.error_code:
+            raise KafkaError(pr.error_code, f"ListOffsets {topic}-{partition} on node {leader}")
+        return pr.offset
+
     async def summary(self, group_id: str, topic_id: bytes, partition: int) -> StateSummary | None:
         """The state of one share partition for DescribeShareGroupOffsets: from this node's share coordinator, or
         with ReadShareGroupStateSummary (v1) from the node leading its ``__share_group_state`` partition. None:
