@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kbroker.cli.node_processes import CONTROLLER_NODE_ID, node_properties
@@ -30,13 +30,19 @@ def _children(pid: int) -> list[int]:
 
 
 def _wait(cond, timeout: float, what: str):
+    """Poll ``cond`` until it is true; a client error (the node not listening yet: its brokers start once the
+    controller leads, ~5 s on a busy machine) counts as not yet."""
     deadline = time.monotonic() + timeout
+    last = None
     while time.monotonic() < deadline:
-        value = cond()
+        try:
+            value = cond()
+        except KafkaException as exc:
+            value, last = None, exc
         if value:
             return value
         time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last client error: {last})")
 
 
 def test_node_properties_layout() -> None:
