@@ -14,6 +14,7 @@ restarted all metadata is there.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -410,14 +411,18 @@ def test_transactions_across_brokers(cluster):
     assert produce_v12(epoch, 1) == ErrorCode.INVALID_PRODUCER_EPOCH
 
 
-def test_dev_cluster_command(tmp_path):
-    """``kbroker-dev-cluster --controllers 1 --brokers 2``: one controller-only node (its brokers follow it over
-    Raft) and two brokers; it prints the bootstrap servers, clients use them, and SIGINT stops every node."""
-    import os
+DEV_CLUSTER = [sys.executable, "-m", "kbroker.testing.cluster"]
+
+
+@contextlib.contextmanager
+def dev_cluster(tmp_path, *args: str, timeout: float = 150):
+    """``kbroker-dev-cluster ARGS --dir tmp_path`` until it prints ``ready``: yields ``(process, lines)``, its output
+    lines so far (a thread keeps appending them); on exit a process still running gets SIGINT (its nodes run in
+    sessions of their own), then SIGKILL if it hangs."""
     import signal
 
-    proc = subprocess.Popen([sys.executable, "-m", "kbroker.testing.cluster", "--controllers", "1", "--brokers", "2",
-                             "--dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen([*DEV_CLUSTER, *args, "--dir", str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     lines: list[str] = []
 
     def reader() -> None:  # the command's output, line by line (ends when it exits)
@@ -426,11 +431,34 @@ def test_dev_cluster_command(tmp_path):
 
     threading.Thread(target=reader, daemon=True).start()
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + timeout
         while "ready" not in lines and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
         assert "ready" in lines, lines
-        bootstrap = next(x for x in lines if x.startswith("bootstrap.servers=")).split("=", 1)[1]
+        yield proc, lines
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+def dev_cluster_bootstrap(lines: list[str]) -> str:
+    return next(x for x in lines if x.startswith("bootstrap.servers=")).split("=", 1)[1]
+
+
+@pytest.mark.kbroker_only("kbroker-dev-cluster, a kbroker tool, starts kbroker nodes (Kafka has no such command)")
+def test_dev_cluster_command(tmp_path):
+    """``kbroker-dev-cluster --controllers 1 --brokers 2``: one controller-only node (its brokers follow it over
+    Raft) and two brokers; it prints the bootstrap servers, clients use them, and SIGINT stops every node."""
+    import os
+    import signal
+
+    with dev_cluster(tmp_path, "--controllers", "1", "--brokers", "2", timeout=120) as (proc, lines):
+        bootstrap = dev_cluster_bootstrap(lines)
         pids = [int(x.split(" pid ")[1].split()[0]) for x in lines if x.startswith("node ")]
         assert [x.split()[2] for x in lines if x.startswith("node ")] == ["controller", "broker", "broker"]
         admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -456,16 +484,9 @@ def test_dev_cluster_command(tmp_path):
         for pid in pids:
             with pytest.raises(ProcessLookupError):
                 os.kill(pid, 0)
-    finally:
-        if proc.poll() is None:  # a failed test: stop the nodes too (they run in sessions of their own)
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
 
 
+@pytest.mark.kbroker_only("kbroker-dev-cluster, a kbroker tool, starts kbroker nodes (Kafka has no such command)")
 def test_dev_cluster_survives_a_dead_node_and_is_driven_from_the_shell(tmp_path):
     """``kbroker-dev-cluster --controllers 3`` (three combined nodes): internal topics get replication factor 3 and
     min.insync.replicas 2; a node killed behind its back is reported once and the others keep serving acks=all
@@ -474,27 +495,14 @@ def test_dev_cluster_survives_a_dead_node_and_is_driven_from_the_shell(tmp_path)
     import os
     import signal
 
-    cmd = [sys.executable, "-m", "kbroker.testing.cluster"]
-    proc = subprocess.Popen([*cmd, "--controllers", "3", "--dir", str(tmp_path)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-
-    def reader() -> None:
-        for line in proc.stdout:
-            lines.append(line.strip())
-
     def ctl(*args: str) -> str:
-        out = subprocess.run([*cmd, *args, "--dir", str(tmp_path)], capture_output=True, text=True, timeout=200)
+        out = subprocess.run([*DEV_CLUSTER, *args, "--dir", str(tmp_path)], capture_output=True, text=True,
+                             timeout=200)
         assert out.returncode == 0, (args, out.stdout, out.stderr)
         return out.stdout
 
-    threading.Thread(target=reader, daemon=True).start()
-    try:
-        deadline = time.monotonic() + 150
-        while "ready" not in lines and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-        assert "ready" in lines, lines
-        bootstrap = next(x for x in lines if x.startswith("bootstrap.servers=")).split("=", 1)[1]
+    with dev_cluster(tmp_path, "--controllers", "3") as (proc, lines):
+        bootstrap = dev_cluster_bootstrap(lines)
         pids = {int(x.split()[1]): int(x.split(" pid ")[1].split()[0]) for x in lines if x.startswith("node ")}
         assert sorted(pids) == [1, 2, 3]
         admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -544,11 +552,3 @@ def test_dev_cluster_survives_a_dead_node_and_is_driven_from_the_shell(tmp_path)
         consumer.close()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(120) == 0
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
