@@ -45,6 +45,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterable, Iterator, Protocol, TypeVar
 
+from kbroker.log_limit import LogLimiter
 from kbroker.protocol import codec
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.records import (
@@ -406,8 +407,8 @@ class CoordinatorRuntime(Generic[S]):
         self.serde = serde
         self.name = name
         self.contexts: dict[int, ShardContext[S]] = {}
-        #: (partition, append error) -> [when the next failure may be logged (ms), failures not logged since]
-        self._append_failures: dict[tuple[int, int], list[int]] = {}
+        #: failed appends logged once per interval per (partition, error) (:meth:`_log_append_failure`)
+        self._append_failures = LogLimiter(APPEND_FAILURE_LOG_INTERVAL_MS)
 
     # ---- shard life cycle
     def partitions(self) -> list[int]:
@@ -548,13 +549,10 @@ class CoordinatorRuntime(Generic[S]):
     def _log_append_failure(self, partition: int, code: int) -> None:
         """WARNING for a failed append, at most once per :data:`APPEND_FAILURE_LOG_INTERVAL_MS` per partition and
         error; the failures in between are counted in the next line."""
-        now = self.scheduler.now_ms()
-        entry = self._append_failures.get((partition, code))
-        if entry is not None and now < entry[0]:
-            entry[1] += 1
+        allowed = self._append_failures.allow((partition, code), self.scheduler.now_ms())
+        if allowed is None:
             return
-        suppressed = entry[1] if entry is not None else 0
-        self._append_failures[(partition, code)] = [now + APPEND_FAILURE_LOG_INTERVAL_MS, 0]
+        suppressed = allowed[0]
         if suppressed:
             log.warning("%s: append to partition %d failed with %s (and %d more times in the last %d s)", self.name,
                         partition, ErrorCode(code).name, suppressed, APPEND_FAILURE_LOG_INTERVAL_MS // 1000)
@@ -564,8 +562,7 @@ class CoordinatorRuntime(Generic[S]):
     def _append_succeeded(self, partition: int) -> None:
         if not self._append_failures:
             return
-        for key in [k for k in self._append_failures if k[0] == partition]:
-            suppressed = self._append_failures.pop(key)[1]
+        for key, suppressed in self._append_failures.forget(lambda k: k[0] == partition):
             if suppressed:
                 log.info("%s: appends to partition %d succeed again (%d more failures with %s were not logged)",
                          self.name, partition, suppressed, ErrorCode(key[1]).name)

@@ -28,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from kbroker.log_limit import LogLimiter
 from kbroker.coordinator.group.service import AsyncioScheduler, ReplicaManagerWriter
 from kbroker.coordinator.service_support import PartitionLoader, create_internal_topic
 from kbroker.coordinator.runtime import (
@@ -113,7 +114,8 @@ class TransactionCoordinator:
         self._drain_scheduled = False
         self._jobs: dict[str, _MarkerJob] = {}
         #: (time in ms of the last INFO line about a retried marker, retries not logged at INFO since)
-        self._retry_log = (-MARKER_RETRY_LOG_INTERVAL_MS, 0)
+        #: marker retries: one INFO line per interval, the others at DEBUG (:meth:`_log_retry`)
+        self._retry_log = LogLimiter(MARKER_RETRY_LOG_INTERVAL_MS)
 
     #: how long a write waits for the in-sync replicas before the answer is COORDINATOR_NOT_AVAILABLE
     commit_timeout_ms = 5000
@@ -412,16 +414,14 @@ class TransactionCoordinator:
 
     def _log_retry(self, c: PendingCompletion, tp: tuple[str, int], error: int, attempt: int, delay: int) -> None:
         name = ErrorCode(error).name if error in ErrorCode._value2member_map_ else str(error)
-        now = self.scheduler.now_ms()
-        last, quiet = self._retry_log
-        if now - last < MARKER_RETRY_LOG_INTERVAL_MS:
-            self._retry_log = (last, quiet + 1)
+        allowed = self._retry_log.allow("retry", self.scheduler.now_ms())
+        if allowed is None:
             log.debug("transactional id %s: %s marker for %s-%d failed with %s (attempt %d); sending it again "
                       "in %d ms", c.transactional_id, "COMMIT" if c.commit else "ABORT", tp[0], tp[1], name,
                       attempt, delay)
             return
-        self._retry_log = (now, 0)
-        more = f" ({quiet} other marker retries in the last {(now - last) // 1000} s)" if quiet else ""
+        quiet, since = allowed
+        more = f" ({quiet} other marker retries in the last {int(since) // 1000} s)" if quiet else ""
         log.info("transactional id %s: %s marker for %s-%d failed with %s (attempt %d); sending it again in %d ms%s",
                  c.transactional_id, "COMMIT" if c.commit else "ABORT", tp[0], tp[1], name, attempt, delay, more)
 

@@ -6,6 +6,7 @@ import logging
 import re
 import time
 
+from kbroker.log_limit import LogLimiter
 from kbroker.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -14,8 +15,8 @@ authorizer_log = logging.getLogger("kbroker.authorizer")
 #: an identical denial (same principal, operation, host, resource and request type) is logged at most once per this
 #: many seconds; the next line says how many were left out (a client retrying a refused request is no flood)
 DENIAL_LOG_INTERVAL_S = 10.0
-#: denial line -> (monotonic time it was last logged, identical denials left out since)
-_recent_denials: dict[str, list[float]] = {}
+#: identical denial lines, one per interval
+_recent_denials = LogLimiter(DENIAL_LOG_INTERVAL_S)
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 MAX_TOPIC_NAME_LENGTH = 249
@@ -185,18 +186,10 @@ def log_decision(ctx, allowed: bool, operation: int, resource_type: int, names, 
 def _rate_limited(line: str) -> str | None:
     """``line`` to log now (with how many identical ones were left out before it), or None within
     ``DENIAL_LOG_INTERVAL_S`` of the last identical one."""
-    now = time.monotonic()
-    seen = _recent_denials.get(line)
-    if seen is not None and now - seen[0] < DENIAL_LOG_INTERVAL_S:
-        seen[1] += 1
+    allowed = _recent_denials.allow(line, time.monotonic())
+    if allowed is None:
         return None
-    if len(_recent_denials) >= 1000:  # bounded: forget what was not repeated lately
-        for key in [k for k, (at, _) in _recent_denials.items() if now - at >= DENIAL_LOG_INTERVAL_S]:
-            del _recent_denials[key]
-        if len(_recent_denials) >= 1000:
-            _recent_denials.clear()
-    left_out = int(seen[1]) if seen is not None else 0
-    _recent_denials[line] = [now, 0]
+    left_out = allowed[0]
     return f"{line} ({left_out} identical denials not logged since the last one)" if left_out else line
 
 

@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from kbroker.log_limit import LogLimiter
 from kbroker.coordinator.group.config import OFFSETS_TOPIC
 from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode, KafkaError
@@ -87,7 +88,8 @@ class TransactionMarkerSender:
         self._tasks: set[asyncio.Task[None]] = set()
         self._channels = broker.inter_broker_channels(f"kbroker-{broker.node_id}")
         #: destination -> (monotonic time of the last line logged, failures not logged since)
-        self._log_state: dict[int, tuple[float, int]] = {}
+        #: failed requests: one WARNING per destination broker and interval
+        self._log_state = LogLimiter(MARKER_LOG_INTERVAL_S)
         #: WriteTxnMarkers requests sent (tests, benchmarks)
         self.requests_sent = 0
 
@@ -149,14 +151,12 @@ class TransactionMarkerSender:
                 log.exception("transaction marker callback failed")
 
     def _failed(self, destination: int, what: str, markers: int) -> None:
-        now = time.monotonic()
-        last, suppressed = self._log_state.get(destination, (0.0, 0))
-        if now - last < MARKER_LOG_INTERVAL_S:
-            self._log_state[destination] = (last, suppressed + 1)
+        allowed = self._log_state.allow(destination, time.monotonic())
+        if allowed is None:
             return
-        more = f"; {suppressed} more such failures in the last {now - last:.0f} s" if suppressed and last else ""
+        suppressed, since = allowed
+        more = f"; {suppressed} more such failures in the last {since:.0f} s" if suppressed else ""
         log.warning("%s: %d transaction marker(s) will be sent again%s", what, markers, more)
-        self._log_state[destination] = (now, 0)
 
     async def close(self) -> None:
         for task in list(self._tasks):
