@@ -49,7 +49,7 @@ case "$cmd" in
     command -v kcat >/dev/null || need_apt kcat
     command -v javac >/dev/null || need_apt openjdk-17-jdk-headless
     command -v mvn >/dev/null || need_apt maven
-    bash scripts/fetch_jars.sh  # Java clients, reference Kafka 4.3.1, Spark connector: by coordinates (java/pom.xml)
+    bash scripts/fetch_jars.sh  # Java clients, Kafka Streams, reference Kafka 4.3.1, Spark connector: by coordinates (java/pom.xml)
     if [ $# -gt 0 ]; then exec "$PY" -m pytest "$@"; fi
     # Everything: the whole suite against kbroker (two workers, a file per worker at a time: the tests of one
     # file share their brokers), then the tests marked kafka_reference against Apache Kafka 4.3.1 itself, so

@@ -81,6 +81,41 @@ def java_driver() -> JavaDriver:
     return JavaDriver(java, os.pathsep.join([str(CLASSES_DIR), str(JARS_DIR / "*")]))
 
 
+#: Kafka Streams 4.3.1 and its runtime jars (kafka-clients 4.3.1, RocksDB): scripts/fetch_jars.sh streams
+STREAMS_JARS_DIR = REPO_ROOT / ".cache" / "streams-4.3.1"
+STREAMS_SOURCE = REPO_ROOT / "compat_tests" / "java" / "StreamsDriver.java"
+#: compiled apart from the client drivers: its classpath is the Streams jars, whatever KBROKER_JAVA_CLIENT says
+STREAMS_CLASSES_DIR = REPO_ROOT / "compat_tests" / "java" / "classes" / "streams"
+
+
+@pytest.fixture(scope="session")
+def streams_driver() -> list[str]:
+    """The command prefix that runs compat_tests/java/StreamsDriver.java (Kafka Streams 4.3.1 apps; heap 256 MiB),
+    compiled on first use; the jars are resolved by ``scripts/fetch_jars.sh streams`` when missing. Skipped only
+    when no JDK is installed."""
+    java, javac = shutil.which("java"), shutil.which("javac")
+    if not java or not javac:
+        pytest.skip("no JDK on PATH (java and javac): install openjdk-17-jdk-headless")
+    if not (STREAMS_JARS_DIR / ".resolved").is_file():
+        r = subprocess.run(["bash", str(FETCH_JARS), "streams"], capture_output=True, text=True, timeout=600)
+        if r.returncode != 0 or not (STREAMS_JARS_DIR / ".resolved").is_file():
+            pytest.fail(f"scripts/fetch_jars.sh streams could not resolve {STREAMS_JARS_DIR} (exit {r.returncode}):\n"
+                        f"{r.stdout[-2000:]}\n{r.stderr[-3000:]}", pytrace=False)
+    STREAMS_CLASSES_DIR.mkdir(parents=True, exist_ok=True)
+    target = STREAMS_CLASSES_DIR / "StreamsDriver.class"
+    with open(STREAMS_CLASSES_DIR / ".compile.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.exists() or target.stat().st_mtime < STREAMS_SOURCE.stat().st_mtime:
+            r = subprocess.run([javac, "-nowarn", "-encoding", "UTF-8", "-d", str(STREAMS_CLASSES_DIR), "-cp",
+                                str(STREAMS_JARS_DIR / "*"), str(STREAMS_SOURCE)], capture_output=True, text=True,
+                               timeout=300)
+            if r.returncode != 0:
+                pytest.fail(f"javac StreamsDriver.java failed:\n{r.stdout}\n{r.stderr}", pytrace=False)
+    return [java, "-Xmx256m", "-Xss1m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp",
+            os.pathsep.join([str(STREAMS_CLASSES_DIR), str(STREAMS_JARS_DIR / "*")]), "StreamsDriver"]
+
+
 @pytest.fixture(scope="session")
 def get_client(request: pytest.FixtureRequest) -> Callable[[str], Client]:
     """``get_client("confluent" | "kcat" | "kafka-python" | "aiokafka" | "java")``; skips the calling test

@@ -7,6 +7,7 @@
 #   clients44  .cache/jars-4.4/      kafka-clients 4.4.0 + runtime jars (the Java drivers with KBROKER_JAVA_CLIENT=4.4.0;
 #                                    not in the default set: compat_tests/conftest.py resolves it when asked)
 #   kafka      .cache/kafka-4.3.1/   Apache Kafka 4.3.1: broker, StorageTool and tools (kbroker.testing.kafka)
+#   streams    .cache/streams-4.3.1/ Kafka Streams 4.3.1 + runtime jars (compat_tests/java/StreamsDriver.java)
 #   spark      .cache/spark-<v>/     Spark's Kafka connector for PySpark <v> (compat_tests/test_spark_connector.py)
 #
 # <v> is the one place the Spark version is set: the pyspark pin (pyspark==<v>) of pyproject.toml's spark
@@ -17,7 +18,7 @@
 # destination is complete when its stamp (.cache/<dir>/.resolved) holds the hash of java/pom.xml; a changed
 # pom.xml resolves it again. Installs Maven (Debian's package) when mvn is missing.
 #
-# Usage: scripts/fetch_jars.sh [PROFILE ...]     (default: all four)
+# Usage: scripts/fetch_jars.sh [PROFILE ...]     (default: clients clients39 kafka streams spark)
 # Env:   KBROKER_M2_REPO   Maven local repository (default <repo>/.cache/m2)
 set -euo pipefail
 
@@ -25,7 +26,7 @@ REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 POM="$REPO_ROOT/java/pom.xml"
 M2="${KBROKER_M2_REPO:-$REPO_ROOT/.cache/m2}"
 profiles=("$@")
-[[ ${#profiles[@]} -gt 0 ]] || profiles=(clients clients39 kafka spark)
+[[ ${#profiles[@]} -gt 0 ]] || profiles=(clients clients39 kafka streams spark)
 
 spark_version="$(grep -oE '"pyspark==[0-9][0-9A-Za-z.+-]*"' "$REPO_ROOT/pyproject.toml" | head -1 | cut -d= -f3 | tr -d '"')"
 if [[ -z "$spark_version" ]]; then
@@ -39,8 +40,9 @@ dest_of() {
     clients39) echo "$REPO_ROOT/.cache/jars-3.9" ;;
     clients44) echo "$REPO_ROOT/.cache/jars-4.4" ;;
     kafka) echo "$REPO_ROOT/.cache/kafka-4.3.1" ;;
+    streams) echo "$REPO_ROOT/.cache/streams-4.3.1" ;;
     spark) echo "$REPO_ROOT/.cache/spark-$spark_version" ;;
-    *) echo "fetch_jars: unknown profile $1 (clients, clients39, clients44, kafka, spark)" >&2; return 2 ;;
+    *) echo "fetch_jars: unknown profile $1 (clients, clients39, clients44, kafka, streams, spark)" >&2; return 2 ;;
   esac
 }
 
