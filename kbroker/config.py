@@ -55,6 +55,10 @@ SASL_DEFAULTS: dict[str, str] = {
 # Kafka broker defaults for the keys kbroker reads (facts from Kafka's documentation of broker configs).
 BROKER_DEFAULTS: dict[str, str] = {
     "process.roles": "broker,controller",
+    "delegation.token.secret.key": "",
+    "delegation.token.max.lifetime.ms": "604800000",
+    "delegation.token.expiry.time.ms": "86400000",
+    "delegation.token.expiry.check.interval.ms": "3600000",
     "node.id": "1",
     "controller.quorum.voters": "",
     "controller.quorum.election.timeout.ms": "1000",

@@ -27,6 +27,8 @@
 //       describe-topic --topic T [--authorized-operations true] | list-topics | delete-topic --topic T
 //       describe-cluster [--authorized-operations true]
 //       describe-configs (--topic T | --broker ID | --group G)
+//       create-token [--owner User:x] [--renewer User:y ...] [--max-life-ms N] | renew-token --hmac B64
+//       [--period-ms N] | expire-token --hmac B64 [--period-ms N] | describe-tokens [--owner User:x ...]  (KIP-48)
 //       create-acls --acl A ... | describe-acls --acl F | delete-acls --acl F ...  (A / F:
 //       TYPE,name,PATTERN,principal,host,OPERATION,PERMISSION; an empty field of a filter matches any)
 //   spec          --count N [--start-index 0] plus produce's content options: prints the records produce
@@ -700,10 +702,67 @@ public final class KafkaDriver {
                     emit(obj("event", "config-resources", "resources", out));
                     return 0;
                 }
+                case "create-token": {
+                    // [--owner User:x] [--renewer User:y ...] [--max-life-ms N]  (KIP-48)
+                    org.apache.kafka.clients.admin.CreateDelegationTokenOptions o =
+                            new org.apache.kafka.clients.admin.CreateDelegationTokenOptions();
+                    List<org.apache.kafka.common.security.auth.KafkaPrincipal> renewers = new ArrayList<>();
+                    for (String r : a.all("renewer")) renewers.add(org.apache.kafka.common.utils.SecurityUtils.parseKafkaPrincipal(r));
+                    o.renewers(renewers);
+                    if (a.get("owner", null) != null) o.owner(org.apache.kafka.common.utils.SecurityUtils.parseKafkaPrincipal(a.get("owner", null)));
+                    if (a.get("max-life-ms", null) != null) o.maxlifeTimeMs(Long.parseLong(a.get("max-life-ms", null)));
+                    emit(tokenJson("token", admin.createDelegationToken(o).delegationToken().get()));
+                    return 0;
+                }
+                case "renew-token": {
+                    org.apache.kafka.clients.admin.RenewDelegationTokenOptions o = new org.apache.kafka.clients.admin.RenewDelegationTokenOptions();
+                    if (a.get("period-ms", null) != null) o.renewTimePeriodMs(Long.parseLong(a.get("period-ms", null)));
+                    long expiry = admin.renewDelegationToken(java.util.Base64.getDecoder().decode(a.req("hmac")), o).expiryTimestamp().get();
+                    emit(obj("event", "renewed", "expiry_timestamp", expiry));
+                    return 0;
+                }
+                case "expire-token": {
+                    org.apache.kafka.clients.admin.ExpireDelegationTokenOptions o = new org.apache.kafka.clients.admin.ExpireDelegationTokenOptions();
+                    if (a.get("period-ms", null) != null) o.expiryTimePeriodMs(Long.parseLong(a.get("period-ms", null)));
+                    long expiry = admin.expireDelegationToken(java.util.Base64.getDecoder().decode(a.req("hmac")), o).expiryTimestamp().get();
+                    emit(obj("event", "expired", "expiry_timestamp", expiry));
+                    return 0;
+                }
+                case "describe-tokens": {
+                    org.apache.kafka.clients.admin.DescribeDelegationTokenOptions o = new org.apache.kafka.clients.admin.DescribeDelegationTokenOptions();
+                    if (!a.all("owner").isEmpty()) {
+                        List<org.apache.kafka.common.security.auth.KafkaPrincipal> owners = new ArrayList<>();
+                        for (String r : a.all("owner")) owners.add(org.apache.kafka.common.utils.SecurityUtils.parseKafkaPrincipal(r));
+                        o.owners(owners);
+                    }
+                    List<Object> out = new ArrayList<>();
+                    for (org.apache.kafka.common.security.token.delegation.DelegationToken t : admin.describeDelegationToken(o).delegationTokens().get())
+                        out.add(tokenJson(null, t));
+                    emit(obj("event", "tokens", "tokens", out));
+                    return 0;
+                }
                 default:
                     throw new UsageException("unknown admin subcommand: " + sub);
             }
         }
+    }
+
+    /** A delegation token as JSON: id, hmac (base64), owner, requester, renewers, timestamps. */
+    static Map<String, Object> tokenJson(String event, org.apache.kafka.common.security.token.delegation.DelegationToken t) {
+        org.apache.kafka.common.security.token.delegation.TokenInformation i = t.tokenInfo();
+        List<Object> renewers = new ArrayList<>();
+        for (org.apache.kafka.common.security.auth.KafkaPrincipal p : i.renewers()) renewers.add(p.toString());
+        Map<String, Object> m = new LinkedHashMap<>();
+        if (event != null) m.put("event", event);
+        m.put("token_id", i.tokenId());
+        m.put("hmac", t.hmacAsBase64String());
+        m.put("owner", i.owner().toString());
+        m.put("requester", i.tokenRequester().toString());
+        m.put("renewers", renewers);
+        m.put("issue_timestamp", i.issueTimestamp());
+        m.put("expiry_timestamp", i.expiryTimestamp());
+        m.put("max_timestamp", i.maxTimestamp());
+        return m;
     }
 
     /** "TYPE,name,PATTERN,principal,host,OPERATION,PERMISSION" (an empty field is null: any) -> a filter. */
@@ -808,7 +867,8 @@ public final class KafkaDriver {
                 "linger-ms", "batch-size", "partitions", "base-ts", "ts-step", "tag", "binary", "nulls", "start-index",
                 "sync", "delay-ms", "pad", "prop", "expect", "isolation", "timeout-ms", "fetch-max-wait-ms", "timestamp",
                 "replication-factor", "config", "broker", "group", "internal", "authorized-operations", "acl",
-                "entity", "set", "remove", "validate-only", "strict", "feature", "type");
+                "entity", "set", "remove", "validate-only", "strict", "feature", "type",
+                "owner", "renewer", "max-life-ms", "hmac", "period-ms");
 
         static Args parse(String[] argv, int from) throws UsageException {
             Args a = new Args();

@@ -26,8 +26,11 @@ Replay semantics follow Kafka's metadata records (``metadata-specs/``):
   an entity is the tuple of its ``(entity type, name)`` pairs sorted by type, a name of None being the type's
   default (``kbroker.controller.client_quota_control``); an entity whose last key goes is dropped.
 * ``NoOpRecord`` and the metadata transaction markers change nothing here (the controller groups
-  transactional records before they reach the delta). Delegation-token, ZK-migration
-  and controller-registration records are accepted and ignored for now.
+  transactional records before they reach the delta). ZK-migration and controller-registration records are
+  accepted and ignored for now.
+* ``DelegationTokenRecord`` adds or replaces the delegation token with its id (KIP-48: created, renewed or given
+  a new expiry); ``RemoveDelegationTokenRecord`` removes it (expired by a client or by the controller's sweep; a
+  removal of a token that is not there changes nothing).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from kbroker.protocol.metadata_records import (
     ClearElrRecord,
     ClientQuotaRecord,
     ConfigRecord,
+    DelegationTokenRecord,
     EndTransactionRecord,
     FeatureLevelRecord,
     FenceBrokerRecord,
@@ -53,6 +57,7 @@ from kbroker.protocol.metadata_records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveAccessControlEntryRecord,
+    RemoveDelegationTokenRecord,
     RemoveTopicRecord,
     RemoveUserScramCredentialRecord,
     TopicRecord,
@@ -67,6 +72,7 @@ __all__ = [
     "TOPIC_RESOURCE",
     "INTERNAL_TOPICS",
     "BrokerRegistration",
+    "DelegationToken",
     "QuotaEntity",
     "Endpoint",
     "MetadataChanges",
@@ -175,6 +181,28 @@ class ScramCredential:
     iterations: int
 
 
+@dataclass(frozen=True, slots=True)
+class DelegationToken:
+    """One delegation token as ``DelegationTokenRecord`` carries it (KIP-48): ``owner`` / ``requester`` /
+    ``renewers`` as principal strings (``User:alice``); timestamps in epoch ms: issued, the latest the token can
+    ever be renewed to (``max_timestamp``), and when it expires unless renewed (``expiry_timestamp``). The HMAC is
+    not stored: each node derives it from the token id and ``delegation.token.secret.key``
+    (:mod:`kbroker.controller.delegation_token_control`)."""
+
+    token_id: str
+    owner: str
+    requester: str
+    renewers: tuple[str, ...]
+    issue_timestamp: int
+    max_timestamp: int
+    expiry_timestamp: int
+
+    def owner_or_renewer(self, principal: str) -> bool:
+        """Whether ``principal`` owns the token or is one of its renewers (Kafka's ``TokenInformation.ownerOrRenewer``;
+        the requester of a token created for another owner is neither)."""
+        return principal == self.owner or principal in self.renewers
+
+
 QuotaEntity = tuple[tuple[str, "str | None"], ...]
 """A client-quota entity: ``(entity type, name)`` pairs sorted by type, a name of None for the type's default
 (``(("client-id", None), ("user", "alice"))``: user alice with the default client id)."""
@@ -207,6 +235,8 @@ class MetadataImage:
     #: client-quota entity -> {quota key: value} (KIP-546): an entity is a tuple of ``(entity type, name)`` sorted
     #: by type (types ``user``, ``client-id``, ``ip``; name None: that type's default entity)
     client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(default_factory=lambda: _EMPTY)
+    #: token id -> delegation token (``DelegationTokenRecord``, KIP-48; ``kbroker.controller.delegation_token_control``)
+    delegation_tokens: Mapping[str, DelegationToken] = field(default_factory=lambda: _EMPTY)
 
     @classmethod
     def empty(cls, cluster_id: str) -> MetadataImage:
@@ -259,12 +289,15 @@ class MetadataChanges:
     changed_acls: frozenset[bytes] = frozenset()
     #: every client-quota entity whose quotas were set or removed
     changed_client_quotas: frozenset[QuotaEntity] = frozenset()
+    #: ids of every delegation token added, changed or removed
+    changed_delegation_tokens: frozenset[str] = frozenset()
 
     @property
     def is_empty(self) -> bool:
         return not (self.created_topics or self.deleted_topics or self.changed_partitions or self.changed_configs
                     or self.changed_brokers or self.features_changed or self.producer_ids_changed
-                    or self.changed_scram_credentials or self.changed_acls or self.changed_client_quotas)
+                    or self.changed_scram_credentials or self.changed_acls or self.changed_client_quotas
+                    or self.changed_delegation_tokens)
 
 
 def _tup(values: Iterable[Any] | None) -> tuple[Any, ...]:
@@ -296,6 +329,8 @@ class MetadataDelta:
         self._changed_acls: set[bytes] = set()
         self._quotas: dict[QuotaEntity, Mapping[str, float]] | None = None
         self._changed_quotas: set[QuotaEntity] = set()
+        self._tokens: dict[str, DelegationToken] | None = None
+        self._changed_tokens: set[str] = set()
 
     # ---- lookups through the overlay ----
     def _topic_id_by_name(self, name: str) -> bytes | None:
@@ -537,6 +572,22 @@ class MetadataDelta:
             self._quotas.pop(entity, None)
         self._changed_quotas.add(entity)
 
+    def _mutable_tokens(self) -> dict[str, DelegationToken]:
+        if self._tokens is None:
+            self._tokens = dict(self.image.delegation_tokens)
+        return self._tokens
+
+    def _replay_delegation_token(self, r: DelegationTokenRecord) -> None:
+        self._mutable_tokens()[r.token_id] = DelegationToken(
+            token_id=r.token_id, owner=r.owner, requester=r.requester, renewers=_tup(r.renewers),
+            issue_timestamp=r.issue_timestamp, max_timestamp=r.max_timestamp,
+            expiry_timestamp=r.expiration_timestamp)
+        self._changed_tokens.add(r.token_id)
+
+    def _replay_remove_delegation_token(self, r: RemoveDelegationTokenRecord) -> None:
+        if self._mutable_tokens().pop(r.token_id, None) is not None:
+            self._changed_tokens.add(r.token_id)
+
     def _replay_clear_elr(self, r: ClearElrRecord) -> None:
         topic_ids: list[bytes]
         if r.topic_name:
@@ -577,6 +628,9 @@ class MetadataDelta:
             changed_client_quotas=frozenset(
                 k for k in self._changed_quotas
                 if self._quotas is not None and self._quotas.get(k) != self.image.client_quotas.get(k)),
+            changed_delegation_tokens=frozenset(
+                k for k in self._changed_tokens
+                if self._tokens is not None and self._tokens.get(k) != self.image.delegation_tokens.get(k)),
         )
 
     def apply(self) -> MetadataImage:
@@ -620,13 +674,15 @@ class MetadataDelta:
                                else MappingProxyType(dict(self._scram))),
             acls=img.acls if self._acls is None else MappingProxyType(dict(self._acls)),
             client_quotas=(img.client_quotas if self._quotas is None else MappingProxyType(dict(self._quotas))),
+            delegation_tokens=(img.delegation_tokens if self._tokens is None
+                               else MappingProxyType(dict(self._tokens))),
         )
 
 
 def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataChanges:
     """What differs between two images that are not one delta apart (an image loaded from a snapshot replaces
     another): topics created and deleted (by id), partitions whose state differs, configs, brokers, features,
-    the producer id block, SCRAM credentials and ACLs."""
+    the producer id block, SCRAM credentials, ACLs, client quotas and delegation tokens."""
     created = frozenset(tid for tid in new.topics_by_id if tid not in old.topics_by_id)
     deleted = {tid: t for tid, t in old.topics_by_id.items() if tid not in new.topics_by_id}
     changed_partitions = frozenset(
@@ -651,6 +707,9 @@ def diff_images(old: MetadataImage, new: MetadataImage) -> MetadataChanges:
         changed_client_quotas=frozenset(
             k for k in set(old.client_quotas) | set(new.client_quotas)
             if old.client_quotas.get(k) != new.client_quotas.get(k)),
+        changed_delegation_tokens=frozenset(
+            k for k in set(old.delegation_tokens) | set(new.delegation_tokens)
+            if old.delegation_tokens.get(k) != new.delegation_tokens.get(k)),
     )
 
 
@@ -677,6 +736,8 @@ _HANDLERS: dict[type, Any] = {
     AccessControlEntryRecord: MetadataDelta._replay_acl,
     RemoveAccessControlEntryRecord: MetadataDelta._replay_remove_acl,
     ClientQuotaRecord: MetadataDelta._replay_client_quota,
+    DelegationTokenRecord: MetadataDelta._replay_delegation_token,
+    RemoveDelegationTokenRecord: MetadataDelta._replay_remove_delegation_token,
     NoOpRecord: _ignore,
     BeginTransactionRecord: _ignore,
     EndTransactionRecord: _ignore,

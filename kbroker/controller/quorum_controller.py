@@ -58,6 +58,13 @@ from kbroker.controller.replica_placement import place_replicas
 from kbroker.controller.raft.client import NotLeaderError
 from kbroker.controller.records import MetadataRecordError, decode_metadata_record, encode_metadata_record
 from kbroker.controller.client_quota_control import plan_alter_client_quotas
+from kbroker.controller.delegation_token_control import (
+    CreateResult,
+    expired_token_records,
+    plan_create_delegation_token,
+    plan_expire_delegation_token,
+    plan_renew_delegation_token,
+)
 from kbroker.controller.scram_control import plan_alter_user_scram_credentials
 from kbroker.controller.snapshot import (
     SnapshotError,
@@ -1496,6 +1503,57 @@ class QuorumController:
             if records:
                 self._commit(records)
             return results
+
+    # ---- delegation tokens (KIP-48) ----
+    def create_delegation_token(self, requester: str, owner: str | None, renewers: Sequence[tuple[str, str]],
+                                max_lifetime_ms: int) -> CreateResult:
+        """CreateDelegationToken for ``requester`` (``User:<name>``) on behalf of ``owner`` (None: the requester);
+        ``renewers`` are (principal type, name). Returns the answer (rules in
+        :mod:`kbroker.controller.delegation_token_control`); the token's record is committed. Raises
+        ``KafkaError(NOT_CONTROLLER)`` on a standby."""
+        cfg = self.config
+        with self._lock:
+            records, result = plan_create_delegation_token(
+                self.latest_image, self._now_ms(), cfg.get("delegation.token.secret.key"),
+                cfg.get_int("delegation.token.max.lifetime.ms"), cfg.get_int("delegation.token.expiry.time.ms"),
+                requester, owner, renewers, max_lifetime_ms)
+            if records:
+                self._commit(records)
+            return result
+
+    def renew_delegation_token(self, principal: str, hmac: bytes, renew_period_ms: int) -> tuple[int, int]:
+        """RenewDelegationToken by ``principal`` -> (error code, expiry timestamp ms); the new expiry is
+        committed. Raises ``KafkaError(NOT_CONTROLLER)`` on a standby."""
+        cfg = self.config
+        with self._lock:
+            records, code, expiry = plan_renew_delegation_token(
+                self.latest_image, self._now_ms(), cfg.get("delegation.token.secret.key"),
+                cfg.get_int("delegation.token.expiry.time.ms"), principal, hmac, renew_period_ms)
+            if records:
+                self._commit(records)
+            return code, expiry
+
+    def expire_delegation_token(self, principal: str, hmac: bytes, expiry_time_period_ms: int) -> tuple[int, int]:
+        """ExpireDelegationToken by ``principal`` -> (error code, expiry timestamp ms); a negative period removes
+        the token. Raises ``KafkaError(NOT_CONTROLLER)`` on a standby."""
+        with self._lock:
+            records, code, expiry = plan_expire_delegation_token(
+                self.latest_image, self._now_ms(), self.config.get("delegation.token.secret.key"), principal, hmac,
+                expiry_time_period_ms)
+            if records:
+                self._commit(records)
+            return code, expiry
+
+    def sweep_expired_delegation_tokens(self) -> int:
+        """Remove the tokens past their max or expiry timestamp (Kafka's periodic
+        ``sweepExpiredDelegationTokens``); returns how many. Nothing on a standby."""
+        if not self.is_active:
+            return 0
+        with self._lock:
+            records = expired_token_records(self.latest_image, self._now_ms())
+            if records:
+                self._commit(records)
+            return len(records)
 
     # ---- ACLs (KIP-801) ----
     def create_acls(self, creations: Sequence[Any]) -> list[tuple[int, str | None]]:

@@ -40,6 +40,7 @@ from kbroker.protocol.metadata_records import (
     AccessControlEntryRecord,
     ClientQuotaRecord,
     ConfigRecord,
+    DelegationTokenRecord,
     FeatureLevelRecord,
     PartitionRecord,
     ProducerIdsRecord,
@@ -261,7 +262,7 @@ def image_records(image: MetadataImage) -> list[Any]:
     name) a TopicRecord and a PartitionRecord per partition (by id); a ConfigRecord per (resource, key) (sorted);
     a UserScramCredentialRecord per SCRAM credential (by user name, then mechanism code); an
     AccessControlEntryRecord per ACL (by id); a ClientQuotaRecord per client-quota entity and key (by entity, then
-    key); a ProducerIdsRecord
+    key); a DelegationTokenRecord per delegation token (by id); a ProducerIdsRecord
     (broker id and epoch -1, as the image keeps neither) when ``producer_ids_next > 0``.
     """
     records: list[Any] = []
@@ -314,6 +315,10 @@ def image_records(image: MetadataImage) -> list[Any]:
     records += [ClientQuotaRecord(entity=[entity_data(entity_type=t, entity_name=n) for t, n in entity], key=k, value=v)
                 for entity, values in sorted(image.client_quotas.items(), key=lambda kv: _entity_sort_key(kv[0]))
                 for k, v in sorted(values.items())]
+    records += [DelegationTokenRecord(owner=t.owner, requester=t.requester, renewers=list(t.renewers),
+                                      issue_timestamp=t.issue_timestamp, max_timestamp=t.max_timestamp,
+                                      expiration_timestamp=t.expiry_timestamp, token_id=token_id)
+                for token_id, t in sorted(image.delegation_tokens.items())]
     if image.producer_ids_next > 0:
         records.append(ProducerIdsRecord(broker_id=-1, broker_epoch=-1, next_producer_id=image.producer_ids_next))
     return records

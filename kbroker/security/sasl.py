@@ -4,7 +4,9 @@ machine that SaslHandshake / SaslAuthenticate drive (KIP-43, KIP-152, KIP-84 for
 Mechanisms: ``PLAIN`` (RFC 4616: users from the listener's JAAS configuration, Kafka's ``PlainLoginModule`` with
 ``user_<name>="<password>"`` options), ``SCRAM-SHA-256`` / ``SCRAM-SHA-512`` (RFC 5802/7677 through
 ``scramp``; credentials are the ``UserScramCredentialRecord``\\ s of the metadata image, see KIP-554) and
-``OAUTHBEARER`` (:mod:`kbroker.security.oauthbearer`). GSSAPI (Kerberos) is not implemented.
+``OAUTHBEARER`` (:mod:`kbroker.security.oauthbearer`). GSSAPI (Kerberos) is not implemented. SCRAM also
+authenticates with a delegation token (KIP-48): the ``tokenauth=true`` extension, the token id as user name and the
+token's HMAC (base64) as password; the principal is the token's owner.
 
 The listener's keys, Kafka's names, read per listener first (``listener.name.<listener>.<key>``):
 
@@ -130,6 +132,11 @@ class PlainServer(MechanismServer):
 
 #: (user, mechanism code) -> (salt, stored_key, server_key, iterations), None when the user has none
 CredentialLookup = Callable[[str, int], "tuple[bytes, bytes, bytes, int] | None"]
+#: (delegation token id, mechanism code) -> ((salt, stored_key, server_key, iterations), owner's name, expiry epoch
+#: ms), None when there is no such token (KIP-48; ``kbroker.controller.delegation_token_control.token_lookup``)
+TokenLookup = Callable[[str, int], "tuple[tuple[bytes, bytes, bytes, int], str, int] | None"]
+#: the SCRAM extensions a server accepts (Kafka's ``ScramSaslServer``): ``tokenauth``
+SCRAM_EXTENSIONS = frozenset({"tokenauth"})
 
 
 def _scram_unescape(name: str) -> str:
@@ -137,23 +144,56 @@ def _scram_unescape(name: str) -> str:
 
 
 class ScramServer(MechanismServer):
-    """RFC 5802 server side (two round trips) through ``scramp``; credentials from ``lookup``."""
+    """RFC 5802 server side (two round trips) through ``scramp``; credentials from ``lookup``.
 
-    def __init__(self, mechanism: str, lookup: CredentialLookup) -> None:
+    The client-first message may carry SCRAM extensions after ``r=`` (RFC 5802 section 7, KIP-84): ``tokenauth=true``
+    authenticates with a delegation token (KIP-48): the user name is the token id, the credential comes from
+    ``token_lookup`` and the authenticated user is the token's owner (:attr:`token_authenticated`). An unknown
+    extension fails the exchange, as in Kafka."""
+
+    def __init__(self, mechanism: str, lookup: CredentialLookup, token_lookup: TokenLookup | None = None) -> None:
         import scramp
 
         self.mechanism = mechanism
         self._code = SCRAM_MECHANISMS[mechanism]
         self._lookup = lookup
+        self._token_lookup = token_lookup
         self._server = scramp.ScramMechanism(mechanism).make_server(self._auth_info)
         self._stage = 0
         self._user: str | None = None
+        #: True once the exchange authenticated with a delegation token (``tokenauth=true``)
+        self.token_authenticated = False
+        self._token_owner: str | None = None
+        #: a token's expiry (epoch ms): a session with ``connections.max.reauth.ms`` ends no later (KIP-368)
+        self.expires_at_ms: int | None = None
 
     def _auth_info(self, username: str) -> tuple[bytes, bytes, bytes, int]:
+        if self.token_authenticated:
+            found = self._token_lookup(_scram_unescape(username), self._code) if self._token_lookup else None
+            if found is None:
+                raise AuthenticationFailed("unknown token")
+            cred, self._token_owner, self.expires_at_ms = found
+            return cred
         cred = self._lookup(_scram_unescape(username), self._code)
         if cred is None:
             raise AuthenticationFailed("unknown user")
         return cred
+
+    def _client_first(self, text: str) -> str:
+        """``text`` with its extensions taken off (scramp knows none); sets :attr:`token_authenticated`."""
+        head, sep, bare = text.partition(",")
+        gs2_rest, sep2, bare = bare.partition(",")
+        if not sep or not sep2:
+            return text
+        attrs = bare.split(",")
+        ext = attrs[2:]
+        if not ext:
+            return text
+        extensions = dict(a.split("=", 1) if "=" in a else (a, "") for a in ext)
+        if not set(extensions) <= SCRAM_EXTENSIONS:
+            raise AuthenticationFailed("Unsupported extensions")
+        self.token_authenticated = extensions.get("tokenauth", "").lower() == "true"
+        return f"{head},{gs2_rest},{','.join(attrs[:2])}"
 
     def _failed(self) -> AuthenticationFailed:
         return AuthenticationFailed(f"Authentication failed during authentication due to invalid credentials with "
@@ -170,7 +210,12 @@ class ScramServer(MechanismServer):
             if self._stage == 0:
                 m = re.search(r"(?:^|,)n=([^,]*)", text.split(",", 2)[2] if text.count(",") >= 2 else "")
                 self._user = self.claimed = _scram_unescape(m.group(1)) if m else None
-                self._server.set_client_first(text)
+                stripped = self._client_first(text)
+                self._server.set_client_first(stripped)
+                if stripped != text:  # the proofs cover the client-first-message-bare as sent, extensions included
+                    self._server.client_first_bare = text.split(",", 2)[2]
+                if self.token_authenticated:
+                    self._user = self._token_owner
                 self._stage = 1
                 return self._server.get_server_first().encode()
             if self._stage == 1:
@@ -228,14 +273,15 @@ class SaslListenerConfig:
             raise SaslConfigError(str(exc)) from None
         return cls(listener, usable, users, delay / 1000, max_size, validator)
 
-    def server(self, mechanism: str, lookup: CredentialLookup) -> MechanismServer:
+    def server(self, mechanism: str, lookup: CredentialLookup,
+               token_lookup: TokenLookup | None = None) -> MechanismServer:
         if mechanism == PLAIN:
             return PlainServer(self.plain_users)
         if mechanism == OAUTHBEARER:
             from kbroker.security.oauthbearer import OAuthBearerServer
 
             return OAuthBearerServer(self.oauth_validator)
-        return ScramServer(mechanism, lookup)
+        return ScramServer(mechanism, lookup, token_lookup)
 
 
 class SaslState(enum.Enum):
@@ -252,15 +298,20 @@ class SaslAuthenticator:
 
     API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 
-    def __init__(self, config: SaslListenerConfig, lookup: CredentialLookup) -> None:
+    def __init__(self, config: SaslListenerConfig, lookup: CredentialLookup,
+                 token_lookup: TokenLookup | None = None) -> None:
         self.config = config
         self.lookup = lookup
+        self.token_lookup = token_lookup
+        #: the connection authenticated with a delegation token (KIP-48): it may not ask for tokens itself
+        self.token_authenticated = False
         self.state = SaslState.HANDSHAKE
         self.mechanism: str | None = None
         self.raw_tokens = False
         self._server: MechanismServer | None = None
         self.principal: str | None = None
-        #: epoch ms when the credential expires (an OAUTHBEARER token's exp), None when it does not
+        #: epoch ms when the credential expires (an OAUTHBEARER token's exp, a delegation token's expiry), None when
+        #: it does not
         self.credential_expires_ms: int | None = None
 
     @property
@@ -294,7 +345,7 @@ class SaslAuthenticator:
         if self.state is SaslState.AUTHENTICATED and (version == 0 or mechanism != self.mechanism):
             return False
         self.mechanism = mechanism
-        self._server = self.config.server(mechanism, self.lookup)
+        self._server = self.config.server(mechanism, self.lookup, self.token_lookup)
         self.state = SaslState.AUTHENTICATE
         self.raw_tokens = version == 0
         return True
@@ -317,6 +368,7 @@ class SaslAuthenticator:
             self.raw_tokens = False
             self.principal = principal
             self.credential_expires_ms = getattr(self._server, "expires_at_ms", None)
+            self.token_authenticated = bool(getattr(self._server, "token_authenticated", False))
         return out
 
 

@@ -434,10 +434,13 @@ class Broker:
         return self.node_id
 
     async def _periodic(self) -> None:
-        """Flush by time, retention, checkpoints and purge of deleted segments."""
+        """Flush by time, retention, checkpoints, purge of deleted segments, and the sweep of expired delegation
+        tokens (every ``delegation.token.expiry.check.interval.ms`` on the active controller, KIP-48)."""
         retention_interval = self.config.get_int("log.retention.check.interval.ms") / 1000
         checkpoint_interval = self.config.get_int("log.flush.offset.checkpoint.interval.ms") / 1000
-        last_retention = last_checkpoint = time.monotonic()
+        token_interval = self.config.get_int("delegation.token.expiry.check.interval.ms") / 1000
+        tokens_enabled = bool(self.config.get("delegation.token.secret.key"))
+        last_retention = last_checkpoint = last_token_sweep = time.monotonic()
         while True:
             await asyncio.sleep(0.5)
             now_ms = int(time.time() * 1000)
@@ -451,6 +454,10 @@ class Broker:
                     last_checkpoint = mono
                     await asyncio.to_thread(self.log_manager.checkpoint)
                     self.client_quotas.expire(3600.0)  # rates of quota entities idle for an hour (Kafka's sensors)
+                if tokens_enabled and mono - last_token_sweep >= token_interval:
+                    last_token_sweep = mono
+                    if self.controller.image.delegation_tokens:
+                        self.controller.sweep_expired_delegation_tokens()
             except Exception:
                 log.exception("periodic log maintenance failed")
 

@@ -452,18 +452,24 @@ class MetadataQuorum:
                 fut.set_exception(KafkaError(code, "leadership of the metadata quorum was lost"))
 
     # ------------------------------------------------------------------ forwarding to the active controller
-    async def forward(self, api_key: int, version: int, request: Any, listener: str) -> Any:
+    async def forward(self, api_key: int, version: int, request: Any, listener: str,
+                      principal: str | None = None) -> Any:
         """Send a controller-bound request (CreateTopics, DeleteTopics, ...) that reached this node to the active
         controller and return its answer, as Kafka's brokers forward admin requests to the controller: over the
         active controller's controller listener (``controller.quorum.voters``), so it works whether that node is
         combined or controller-only (``listener``: where the request came in, for the log). Raises
-        ``KafkaError(NOT_CONTROLLER)`` when no active controller is known or reachable (the client retries)."""
+        ``KafkaError(NOT_CONTROLLER)`` when no active controller is known or reachable (the client retries).
+        ``principal``: the client's principal, for a request whose answer depends on who asks (the delegation
+        token APIs, as Kafka's EnvelopeRequest carries it); sent in the client id,
+        ``kbroker-forward-<node id>/<principal>``, which the controller trusts only on its controller listener
+        (:mod:`kbroker.server.delegation_tokens`)."""
         leader = self.leader_id
         ep = self.endpoint(leader) if leader >= 0 and leader != self.node_id else None
         if ep is None:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no active controller to forward to")
         host, port = ep
-        ch = self._channel(leader, host, port, f"{FORWARDED_PREFIX}{self.node_id}")
+        suffix = f"/{principal}" if principal else ""
+        ch = self._channel(leader, host, port, f"{FORWARDED_PREFIX}{self.node_id}{suffix}")
         try:
             return await ch.request(api_key, version, request, self.request_timeout_s * 2)
         except NodeRequestError as exc:

@@ -146,9 +146,12 @@ class KafkaConnection(asyncio.Protocol):
         #: SASL listeners: the authentication state (nothing but ApiVersions and the SASL requests before it)
         self.sasl: Any = None
         if self.security is not None and self.security.sasl is not None:
+            from kbroker.controller.delegation_token_control import token_lookup
             from kbroker.security.sasl import SaslAuthenticator, scram_lookup
 
-            self.sasl = SaslAuthenticator(self.security.sasl, scram_lookup(lambda: broker.controller.image))
+            self.sasl = SaslAuthenticator(self.security.sasl, scram_lookup(lambda: broker.controller.image),
+                                          token_lookup(lambda: broker.controller.image,
+                                                       broker.config.get("delegation.token.secret.key")))
         #: close once the response being written is out (a failed authentication)
         self.close_after_response = False
         #: (seconds, client throttles itself) set by a request over a client quota (:meth:`throttle`)
@@ -266,7 +269,8 @@ class KafkaConnection(asyncio.Protocol):
 
     def session_lifetime_ms(self) -> int:
         """The session's lifetime (KIP-368): ``connections.max.reauth.ms`` of this listener, shortened to the
-        credential's expiry (an OAUTHBEARER token's ``exp``); 0: sessions do not expire (the default)."""
+        credential's expiry (an OAUTHBEARER token's ``exp``, a delegation token's expiry); 0: sessions do not expire
+        (the default)."""
         from kbroker.security.tls import settings
 
         try:
