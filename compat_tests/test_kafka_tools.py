@@ -214,6 +214,28 @@ def test_kafka_configs(bootstrap_servers, topic_factory):
 # ------------------------------------------------------------------------------------------ kafka-consumer-groups
 
 
+@pytest.mark.kafka_reference
+def test_kafka_configs_broker_loggers(bootstrap_servers):
+    """kafka-configs on the broker's loggers (KIP-412): a level is set and described, a bad level and removing the
+    root logger's level are refused as Kafka refuses them. The logger names themselves are each broker's own."""
+    b = bootstrap_servers
+
+    def configs(*args: Any, rc: int = 0) -> subprocess.CompletedProcess[str]:
+        return kt(CONFIGS, "--bootstrap-server", b, "--entity-type", "broker-loggers", "--entity-name", "1",
+                  *args, rc=rc)
+
+    assert lines(configs("--alter", "--add-config", "root=INFO").stdout) == [
+        "Completed updating config for broker-logger 1."]
+    described = lines(configs("--describe").stdout)
+    assert described[0] == "Dynamic configs for broker-logger 1 are:"
+    assert "  root=INFO sensitive=false synonyms={}" in described[1:]
+    assert len(described) > 10  # every logger of the broker, each with its level
+    bad_level = configs("--alter", "--add-config", "root=LOUD", rc=1)
+    assert "InvalidConfigurationException" in bad_level.stdout + bad_level.stderr
+    no_root = configs("--alter", "--delete-config", "root", rc=1)
+    assert "InvalidRequestException" in no_root.stdout + no_root.stderr
+
+
 def test_kafka_consumer_groups(bootstrap_servers, topic_factory):
     b = bootstrap_servers
     topic = topic_factory(partitions=2)

@@ -41,18 +41,13 @@ _KEYS = [
     # broker-level synonyms of topic configs
     TopicConfigKey("log.segment.bytes", "int", "1073741824", lo=1024 * 1024),
     TopicConfigKey("log.roll.ms", "long", None, lo=1),
-    TopicConfigKey("log.roll.hours", "int", "168", lo=1),
     TopicConfigKey("log.roll.jitter.ms", "long", None, lo=0),
-    TopicConfigKey("log.roll.jitter.hours", "int", "0", lo=0),
     TopicConfigKey("log.index.size.max.bytes", "int", "10485760", lo=4),
     TopicConfigKey("log.index.interval.bytes", "int", "4096", lo=0),
     TopicConfigKey("log.flush.interval.messages", "long", _L, lo=1),
     TopicConfigKey("log.flush.interval.ms", "long", None),
-    TopicConfigKey("log.flush.scheduler.interval.ms", "long", _L),
     TopicConfigKey("log.retention.bytes", "long", "-1"),
     TopicConfigKey("log.retention.ms", "long", None, lo=-1),
-    TopicConfigKey("log.retention.minutes", "int", None),
-    TopicConfigKey("log.retention.hours", "int", "168"),
     TopicConfigKey("log.segment.delete.delay.ms", "long", "60000", lo=0),
     TopicConfigKey("log.cleanup.policy", "list", "delete", choices=("compact", "delete")),
     TopicConfigKey("log.cleaner.delete.retention.ms", "long", "86400000", lo=0),
@@ -150,8 +145,9 @@ def is_list_config(name: str) -> bool:
     return key is not None and key.type == "list"
 
 
-def _scala_set(names: set[str]) -> str:
-    return "Set(" + ", ".join(sorted(names)) + ")"
+def _java_set(names: set[str]) -> str:
+    """A set of names as Kafka 4.3's messages print it: ``[a, b]``."""
+    return "[" + ", ".join(sorted(names)) + "]"
 
 
 def validate_broker_configs(configs: Mapping[str, str | None]) -> None:
@@ -160,7 +156,7 @@ def validate_broker_configs(configs: Mapping[str, str | None]) -> None:
     present = {k: v for k, v in configs.items() if v is not None}
     static = {k for k in present if k in STATIC_BROKER_KEYS}
     if static:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {_scala_set(static)}")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Cannot update these configs dynamically: {_java_set(static)}")
     for name, value in sorted(present.items()):
         key = DYNAMIC_BROKER_CONFIGS.get(name)
         if key is None:

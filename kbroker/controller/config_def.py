@@ -37,6 +37,13 @@ class ConfigDef:
     doc: str
     dynamic: str = READ_ONLY
     used: bool = True
+    #: Kafka's ConfigDef type when it is not ``key.type`` (``short``, which is parsed as ``int`` here)
+    kafka_type: str = ""
+
+    @property
+    def config_type(self) -> str:
+        """Kafka's type of the key: boolean, string, int, short, long, double, list, class or password."""
+        return self.kafka_type or self.key.type
 
     @property
     def name(self) -> str:
@@ -97,7 +104,7 @@ _STATIC: list[tuple] = [
      "The listeners to bind, as NAME://host:port; an empty host binds every interface.", None, True),
     ("advertised.listeners", "list", "", HIGH,
      "The addresses clients are told to use, per listener name (default: the listeners).", None, True),
-    ("listener.security.protocol.map", "list",
+    ("listener.security.protocol.map", "string",
      "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL", MEDIUM,
      "The security protocol of each listener name: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.", None, True),
     ("inter.broker.listener.name", "string", "PLAINTEXT", MEDIUM,
@@ -106,8 +113,18 @@ _STATIC: list[tuple] = [
     ("broker.rack", "string", "", MEDIUM,
      "The rack of this broker, for rack-aware replica placement and consumers' closest replica (KIP-392).", None,
      True),
+    # broker-level synonyms of topic configs that Kafka reads only from server.properties (its dynamic ones are
+    # the first synonym of each topic key: log.roll.ms, log.retention.ms, ...)
+    ("log.roll.hours", "int", "168", HIGH, "Default age at which a segment rolls, hours (when log.roll.ms is unset).",
+     (1, None, None), True),
+    ("log.roll.jitter.hours", "int", "0", HIGH, "Random jitter subtracted from the roll time, hours.",
+     (0, None, None), False),
+    ("log.retention.minutes", "int", "", HIGH, "Default time data is kept, minutes; wins over hours.", None, True),
+    ("log.retention.hours", "int", "168", HIGH, "Default time data is kept, hours.", None, True),
+    ("log.flush.scheduler.interval.ms", "long", _L, HIGH, "How often logs are checked for a time-based flush.",
+     None, True),
     ("log.dirs", "list", "", HIGH, "The directories that hold partition logs (comma-separated).", None, True),
-    ("log.dir", "string", "/tmp/kafka-logs", HIGH, "The log directory when log.dirs is not set.", None, True),
+    ("log.dir", "list", "/tmp/kafka-logs", HIGH, "The log directory when log.dirs is not set.", None, True),
     ("metadata.log.dir", "string", "", HIGH,
      "The directory of the metadata log (__cluster_metadata); default: the first log directory.", None, True),
     ("metadata.log.segment.bytes", "int", "1073741824", LOW, "Segment size of the metadata log.", (12, None, None),
@@ -152,7 +169,7 @@ _STATIC: list[tuple] = [
     ("kbroker.request.read.timeout.ms", "long", "30000", MEDIUM,
      "kbroker's own key: a request frame that has begun must arrive whole within this time, else the "
      "connection is closed.", (1, None, None), True),
-    ("max.connections.per.ip.overrides", "list", "", MEDIUM,
+    ("max.connections.per.ip.overrides", "string", "", MEDIUM,
      "Per-address exceptions to max.connections.per.ip, as host:count,...", None, True),
     ("socket.send.buffer.bytes", "int", "102400", HIGH, "SO_SNDBUF of client sockets (-1: the OS default).", None,
      False),
@@ -231,9 +248,7 @@ _STATIC: list[tuple] = [
     ("group.max.session.timeout.ms", "int", "1800000", MEDIUM, "The largest session timeout a member may ask for.",
      None, True),
     ("group.max.size", "int", _I, MEDIUM, "The most members a classic group may have.", (1, None, None), True),
-    ("group.consumer.assignors", "list",
-     "org.apache.kafka.coordinator.group.assignor.UniformAssignor,"
-     "org.apache.kafka.coordinator.group.assignor.RangeAssignor", MEDIUM,
+    ("group.consumer.assignors", "list", "uniform,range", MEDIUM,
      "Server-side assignors of consumer groups (KIP-848), the first is the default.", None, True),
     ("group.consumer.session.timeout.ms", "int", "45000", MEDIUM, "Session timeout of KIP-848 consumer members.",
      (1, None, None), True),
@@ -348,14 +363,14 @@ _STATIC: list[tuple] = [
      True),
     ("ssl.keystore.password", "password", "", HIGH, "The PKCS12 keystore's password.", None, True),
     ("ssl.key.password", "password", "", HIGH, "The password of the private key (encrypted PEM key).", None, True),
-    ("ssl.keystore.certificate.chain", "string", "", HIGH, "The certificate chain as PEM text (type PEM).", None,
+    ("ssl.keystore.certificate.chain", "password", "", HIGH, "The certificate chain as PEM text (type PEM).", None,
      True),
     ("ssl.keystore.key", "password", "", HIGH, "The private key as PEM text (type PEM).", None, True),
     ("ssl.truststore.type", "string", "JKS", MEDIUM, "PEM or PKCS12 (as ssl.keystore.type).", None, True),
     ("ssl.truststore.location", "string", "", HIGH, "The truststore file (PKCS12 or PEM certificates).", None,
      True),
     ("ssl.truststore.password", "password", "", HIGH, "The PKCS12 truststore's password.", None, True),
-    ("ssl.truststore.certificates", "string", "", HIGH, "Trusted certificates as PEM text (type PEM).", None, True),
+    ("ssl.truststore.certificates", "password", "", HIGH, "Trusted certificates as PEM text (type PEM).", None, True),
     ("ssl.client.auth", "string", "none", MEDIUM,
      "Client certificates on TLS listeners: none, requested or required.", (None, None, ("required", "requested",
                                                                                         "none")), True),
@@ -414,19 +429,14 @@ _STATIC: list[tuple] = [
 _DYNAMIC_DOCS: dict[str, tuple[str, str, bool]] = {
     "log.segment.bytes": (HIGH, "Default segment size of topic logs (topic key segment.bytes).", True),
     "log.roll.ms": (HIGH, "Default age at which a segment rolls, ms (segment.ms); wins over log.roll.hours.", True),
-    "log.roll.hours": (HIGH, "Default age at which a segment rolls, hours.", True),
     "log.roll.jitter.ms": (HIGH, "Random jitter subtracted from the roll time, ms.", False),
-    "log.roll.jitter.hours": (HIGH, "Random jitter subtracted from the roll time, hours.", False),
     "log.index.size.max.bytes": (MEDIUM, "Default offset index size limit (segment.index.bytes).", True),
     "log.index.interval.bytes": (MEDIUM, "Bytes between offset index entries (index.interval.bytes).", True),
     "log.flush.interval.messages": (HIGH, "Messages appended before a log is fsynced (flush.messages).", True),
     "log.flush.interval.ms": (HIGH, "Age of unflushed data before a log is fsynced (flush.ms).", True),
-    "log.flush.scheduler.interval.ms": (HIGH, "How often logs are checked for a time-based flush.", True),
     "log.retention.bytes": (HIGH, "Default size a partition keeps before deleting old segments (-1: no limit).",
                             True),
     "log.retention.ms": (HIGH, "Default time data is kept, ms (retention.ms); wins over minutes and hours.", True),
-    "log.retention.minutes": (HIGH, "Default time data is kept, minutes; wins over hours.", True),
-    "log.retention.hours": (HIGH, "Default time data is kept, hours.", True),
     "log.segment.delete.delay.ms": (HIGH, "Delay before a deleted segment's files are removed.", True),
     "log.cleanup.policy": (MEDIUM, "Default cleanup policy: delete, compact or both.", True),
     "log.cleaner.delete.retention.ms": (MEDIUM, "How long tombstones are kept by compaction.", True),
@@ -482,6 +492,22 @@ _DYNAMIC_DOCS: dict[str, tuple[str, str, bool]] = {
 
 _CLUSTER_WIDE_ONLY: frozenset[str] = frozenset()
 
+#: Broker keys whose Kafka default is the empty string or list (DescribeConfigs answers ``""`` with a
+#: DEFAULT_CONFIG synonym), where the other keys defined here with an empty default have none (answered as null)
+EMPTY_STRING_DEFAULTS: frozenset[str] = frozenset({
+    "authorizer.class.name", "controller.quorum.bootstrap.servers", "controller.quorum.voters",
+    "max.connections.per.ip.overrides", "sasl.oauthbearer.expected.audience", "ssl.cipher.suites",
+})
+
+#: Keys defined here that Kafka's DescribeConfigs of a broker lists only when they are set: the replication
+#: throttle rates (dynamic-only quota keys, KIP-73), the authorizer's own keys, keys Kafka keeps internal or no
+#: longer has, and the cluster id (kept in meta.properties by Kafka)
+LISTED_ONLY_WHEN_SET: frozenset[str] = frozenset({
+    "leader.replication.throttled.rate", "follower.replication.throttled.rate", "allow.everyone.if.no.acl.found",
+    "super.users", "producer.id.expiration.check.interval.ms", "leader.imbalance.per.broker.percentage",
+    "log.cleaner.io.buffer.size.per.thread", "cluster.id",
+})
+
 
 def _build() -> dict[str, ConfigDef]:
     out: dict[str, ConfigDef] = {}
@@ -489,7 +515,7 @@ def _build() -> dict[str, ConfigDef]:
         lo, hi, choices = rng or (None, None, None)
         t = "int" if typ == "short" else typ
         out[name] = ConfigDef(TopicConfigKey(name, t, default or None, lo=lo, hi=hi, choices=choices), imp, doc,
-                              READ_ONLY, used)
+                              READ_ONLY, used, kafka_type=typ if typ != t else "")
     for name, key in DYNAMIC_BROKER_CONFIGS.items():
         imp, doc, used = _DYNAMIC_DOCS.get(name, (MEDIUM, "", False))
         out[name] = ConfigDef(key, imp, doc, PER_BROKER, used)

@@ -145,7 +145,7 @@ def test_dynamic_broker_configs(qc):
         code, msg = c.incremental_alter_configs([res])[0]
         assert code == E.INVALID_REQUEST, (res, code, msg)
     assert c.incremental_alter_configs([(B, "", [("num.partitions", SET, "3")])])[0][1] == \
-        "Cannot update these configs dynamically: Set(num.partitions)"
+        "Cannot update these configs dynamically: [num.partitions]"
     assert c.incremental_alter_configs([(B, "", [("log.cleanup.policy", APPEND, "compact")])]) == [(E.NONE, None)]
     assert c.image.broker_configs()["log.cleanup.policy"] == "delete,compact"
     assert c.incremental_alter_configs([(B, "", [("my.custom.key", SET, "x")])]) == [(E.NONE, None)]

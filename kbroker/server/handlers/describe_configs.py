@@ -10,9 +10,14 @@ Behavior:
   defaults (DEFAULT_CONFIG), of which Kafka drops every entry before the first one named exactly the key's
   broker name (``retention.ms`` at its default: no synonyms). The first synonym is the source; a key without
   synonyms is DEFAULT_CONFIG, even when its value comes from a lower-precedence broker synonym;
-* BROKER resources (type 4) named after this node id: every broker key kbroker knows, each with the same
-  four-level synonym chain over its own synonyms (``log.roll.ms``/``log.roll.hours`` ...); dynamic keys
-  are not read-only. Named ``""``: only the cluster-default dynamic configs;
+* BROKER resources (type 4) named after this node id: every broker key kbroker defines
+  (:data:`~kbroker.controller.config_def.BROKER_CONFIG_DEF`, but the keys Kafka lists only when set) and every
+  key set in ``server.properties`` or dynamically, each with the same four-level synonym chain over its own
+  synonyms (``log.roll.ms``/``log.roll.hours`` ...), Kafka's type (PASSWORD keys are sensitive) and Kafka's
+  default (null, or ``""`` for the keys whose default is empty); dynamic keys are not read-only. ``broker.id``
+  follows ``node.id`` as in Kafka. Named ``""``: only the cluster-default dynamic configs;
+* BROKER_LOGGER resources (type 8, KIP-412) named after this node id: every logger (``root`` and kbroker's
+  own) with its effective level in log4j's names (:mod:`kbroker.server.broker_loggers`);
 * GROUP resources (type 32, KIP-848): every group-level key Kafka defines
   (:mod:`kbroker.controller.group_configs`), with the group's override (source GROUP_CONFIG, 8) or else the broker's
   value of its synonym (``group.consumer.session.timeout.ms`` ...) or Kafka's default (DEFAULT_CONFIG). Synonyms, as
@@ -20,6 +25,7 @@ Behavior:
   (STATIC_BROKER_CONFIG when ``server.properties`` sets it, else DEFAULT_CONFIG; the group key's own name for
   ``share.auto.offset.reset`` and the other keys without a broker synonym). The group need not exist; an empty
   name is INVALID_REQUEST "Group name must not be empty";
+* CLIENT_METRICS resources (type 16, KIP-714): the subscription's keys, or the defaults for a name without one;
 * ``ConfigurationKeys`` restricts the keys; unknown topics get UNKNOWN_TOPIC_OR_PARTITION, other brokers'
   ids or other resource types INVALID_REQUEST. Keys whose name contains ``password``, and ``ssl.keystore.key`` /
   ``sasl.jaas.config`` (Kafka's PASSWORD keys), are sensitive (null).
@@ -32,6 +38,7 @@ from typing import Iterable, Mapping
 
 from kbroker.config import BROKER_DEFAULTS
 from kbroker.controller.broker_configs import DYNAMIC_BROKER_CONFIGS, broker_synonyms
+from kbroker.controller.config_def import BROKER_CONFIG_DEF, EMPTY_STRING_DEFAULTS, LISTED_ONLY_WHEN_SET
 from kbroker.controller.group_configs import (GROUP_BROKER_SYNONYMS, GROUP_CONFIG_KEYS, GROUP_RESOURCE,
                                               effective_group_config)
 from kbroker.controller.topic_configs import TOPIC_CONFIG_KEYS
@@ -39,19 +46,23 @@ from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import DescribeConfigsRequest, DescribeConfigsResponse as R
 from kbroker.server.authorizer import AclOperation
+from kbroker.server.broker_loggers import describe_loggers
 from kbroker.server.handlers import common
 from kbroker.storage.config import BROKER_TO_TOPIC_KEYS
 
 API_KEY = ApiKey.DESCRIBE_CONFIGS
 VERSIONS = range(1, 5)
 
-TOPIC, BROKER, CLIENT_METRICS = 2, 4, 16
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS = 2, 4, 8, 16
+DYNAMIC_BROKER_LOGGER_CONFIG = 6  # ConfigSource
+TYPE_UNKNOWN = 0
 CLIENT_METRICS_CONFIG = 7  # ConfigSource
 DYNAMIC_TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = (
     1, 2, 3, 4, 5)
 GROUP_CONFIG = 8
 TYPE_STRING = 2
-_TYPE_IDS = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7}
+_TYPE_IDS = {"boolean": 1, "string": 2, "int": 3, "short": 4, "long": 5, "double": 6, "list": 7, "class": 8,
+             "password": 9}
 
 #: Topic keys whose broker synonyms the storage layer does not use (it does not honour these keys).
 _EXTRA_TOPIC_SYNONYMS: dict[str, tuple[tuple[str, int], ...]] = {
@@ -71,22 +82,28 @@ def topic_synonyms(key: str) -> tuple[tuple[str, int], ...]:
 
 
 def broker_default(name: str) -> str | None:
-    """Kafka's default for a broker key, or None when it has none (e.g. ``log.retention.ms``)."""
+    """Kafka's default for a broker key: None when it has none (e.g. ``log.retention.ms``), ``""`` for the keys
+    whose default is the empty string or list (:data:`EMPTY_STRING_DEFAULTS`)."""
     value = BROKER_DEFAULTS.get(name)
     if value:
         return value
-    spec = DYNAMIC_BROKER_CONFIGS.get(name)
-    return spec.default if spec is not None else None
+    spec = BROKER_CONFIG_DEF.get(name)
+    if spec is not None and spec.key.default:
+        return spec.key.default
+    return "" if name in EMPTY_STRING_DEFAULTS else None
 
 
 def broker_layers(broker) -> list[tuple[Mapping[str, str], int]]:  # noqa: ANN001
     """The broker config sources, highest precedence first (Kafka's ``configSynonyms`` order)."""
     image = broker.controller.image
-    defaults = {k: v for k in set(BROKER_DEFAULTS) | set(DYNAMIC_BROKER_CONFIGS)
-                if (v := broker_default(k)) is not None}
+    defaults = {k: v for k in set(BROKER_DEFAULTS) | set(BROKER_CONFIG_DEF)
+                if k not in LISTED_ONLY_WHEN_SET and (v := broker_default(k)) is not None}
+    static = broker.config.props
+    if "broker.id" not in static:  # Kafka copies node.id into broker.id when only node.id is set (KRaft)
+        static = {**static, "broker.id": str(broker.node_id)}
     return [(image.broker_configs(broker.node_id), DYNAMIC_BROKER_CONFIG),
             (image.broker_configs(), DYNAMIC_DEFAULT_BROKER_CONFIG),
-            (broker.config.props, STATIC_BROKER_CONFIG),
+            (static, STATIC_BROKER_CONFIG),
             (defaults, DEFAULT_CONFIG)]
 
 
@@ -101,11 +118,17 @@ def _sensitive(name: str) -> bool:
         "ssl.keystore.key", "sasl.jaas.config")
 
 
-def _topic_entries(ctx, topic: str, keys, synonyms: bool) -> list[R.DescribeConfigsResourceResult]:
+def _topic_entries(ctx, topic: str, keys, synonyms: bool,
+                   would_be: Mapping[str, str] | None = None) -> list[R.DescribeConfigsResourceResult]:
+    """The topic's config entries; ``would_be``: the overrides of a topic not created yet (CreateTopics with
+    validate_only answers the configs it would have), instead of the committed ones."""
     broker = ctx.broker
-    overrides = broker.controller.image.configs.get((TOPIC, topic), {})
+    if would_be is None:
+        overrides = broker.controller.image.configs.get((TOPIC, topic), {})
+        effective = broker.topic_configs(topic)
+    else:
+        overrides, effective = dict(would_be), {**broker.topic_defaults(), **would_be}
     layers = broker_layers(broker)
-    effective = broker.topic_configs(topic)
     names = {k for k, spec in TOPIC_CONFIG_KEYS.items() if not spec.internal and k not in _UNLISTED_TOPIC_KEYS}
     out = []
     for key in sorted(names | set(overrides)):
@@ -149,7 +172,7 @@ def _broker_entries(ctx, per_broker: bool, keys, synonyms: bool) -> list[R.Descr
     broker = ctx.broker
     layers = broker_layers(broker)
     if per_broker:
-        names = set(BROKER_DEFAULTS) | set(broker.config.props) | set(DYNAMIC_BROKER_CONFIGS)
+        names = {k for k in BROKER_CONFIG_DEF if k not in LISTED_ONLY_WHEN_SET} | set(broker.config.props)
         for layer, _ in layers[:2]:
             names |= set(layer)
     else:
@@ -163,12 +186,15 @@ def _broker_entries(ctx, per_broker: bool, keys, synonyms: bool) -> list[R.Descr
         while chain and chain[0][0] != name:  # Kafka drops synonyms ranked above the key's own name
             chain.pop(0)
         value = chain[0][1] if chain else None
-        spec = DYNAMIC_BROKER_CONFIGS.get(name)
-        sensitive = _sensitive(name)
+        spec = BROKER_CONFIG_DEF.get(name)
+        kind = spec.config_type if spec is not None else "string"
+        sensitive = _sensitive(name) or kind == "password"
+        if value == "" and name not in EMPTY_STRING_DEFAULTS:
+            value = None  # an unset optional key (Kafka's default null)
         entry = R.DescribeConfigsResourceResult(
-            name=name, value=None if sensitive or value == "" else value, read_only=spec is None,
+            name=name, value=None if sensitive else value, read_only=name not in DYNAMIC_BROKER_CONFIGS,
             config_source=chain[0][2] if chain else DEFAULT_CONFIG, is_sensitive=sensitive,
-            config_type=_TYPE_IDS.get(spec.type, TYPE_STRING) if spec else TYPE_STRING, documentation=None)
+            config_type=_TYPE_IDS.get(kind, TYPE_STRING), documentation=None)
         if synonyms:
             entry.synonyms = [R.DescribeConfigsSynonym(name=n, value=None if sensitive else v, source=s)
                               for n, v, s in chain]
@@ -213,12 +239,10 @@ def _client_metrics_entries(image, name: str, keys,  # noqa: ANN001
                             synonyms: bool = True) -> list[R.DescribeConfigsResourceResult]:
     """A client metrics subscription (KIP-714): every key (``metrics``, ``interval.ms``, ``match``), those it sets
     with source CLIENT_METRICS_CONFIG and themselves as their one synonym, the others at their default
-    (DEFAULT_CONFIG, no synonyms), as Kafka 4.3; an unknown name has no configs."""
+    (DEFAULT_CONFIG, no synonyms), as Kafka 4.3; a name without a subscription lists the defaults."""
     from kbroker.controller.client_metrics import CLIENT_METRICS_KEYS, CLIENT_METRICS_RESOURCE
 
     cfg = image.configs.get((CLIENT_METRICS_RESOURCE, name), {})
-    if not cfg:
-        return []
     out = []
     for k in sorted(set(cfg) | set(CLIENT_METRICS_KEYS)):
         if keys is not None and k not in keys:
@@ -271,6 +295,18 @@ async def handle(ctx, request: DescribeConfigsRequest) -> R:
                 result.error_message = "Group name must not be empty"
                 continue
             result.configs = _group_entries(ctx, res.resource_name, keys, request.include_synonyms)
+        elif res.resource_type == BROKER_LOGGER:
+            name = res.resource_name
+            if not name.lstrip("-").isdigit() or int(name) != ctx.broker.node_id:
+                result.error_code = ErrorCode.INVALID_REQUEST
+                result.error_message = (f"Unexpected broker id, expected {ctx.broker.node_id}, but received {name}"
+                                        if name.lstrip("-").isdigit() else
+                                        f"Broker id must be an integer, but it is: {name}")
+                continue
+            result.configs = [R.DescribeConfigsResourceResult(
+                name=logger, value=level, read_only=False, config_source=DYNAMIC_BROKER_LOGGER_CONFIG,
+                is_sensitive=False, synonyms=[], config_type=TYPE_UNKNOWN, documentation=None)
+                for logger, level in describe_loggers(keys)]
         elif res.resource_type == CLIENT_METRICS:
             if not res.resource_name:
                 result.error_code = ErrorCode.INVALID_REQUEST
