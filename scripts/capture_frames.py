@@ -88,6 +88,7 @@ class Exchange:
     correlation_id: int
     request: bytes
     response: bytes | None = None
+    at: float = 0.0  # time.monotonic() when the request passed the proxy
 
 
 @dataclass
@@ -115,7 +116,7 @@ class _Conn:
         if self.client is None or len(frame) < 8:
             return
         api_key, api_version, corr = struct.unpack_from(">hhi", frame, 0)
-        ex = Exchange(self.client, self.conn_id, self.seq, api_key, api_version, corr, frame)
+        ex = Exchange(self.client, self.conn_id, self.seq, api_key, api_version, corr, frame, at=time.monotonic())
         self.seq += 1
         self.pending.append(ex)
         self.recorder.add(ex)
@@ -666,20 +667,19 @@ class AioKafkaCapture:
 # ============================================================================================ commands
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    out = Path(args.out).resolve()
-    names = [c.strip() for c in args.clients.split(",") if c.strip()]
-    for n in names:
-        if n not in CLIENTS:
-            raise SystemExit(f"unknown client {n!r}; choose from {', '.join(CLIENTS)}")
-    tmp = Path(tempfile.mkdtemp(prefix="kbroker-capture-"))
+def record(names: list[str], tmp: Path, skip_missing: bool = False) -> tuple[Recorder, dict[str, str]]:
+    """Start a kbroker that advertises the recording proxy, drive each client of ``names`` through it (its own
+    label; setup traffic unrecorded) and stop both: the recorder (every exchange, in order) and each client's
+    version. A client that is not installed is an error unless ``skip_missing``."""
     drivers: dict[str, Any] = {"java": JavaCapture(tmp), "confluent": ConfluentCapture(), "kcat": KcatCapture(),
                                "kafka-python": KafkaPythonCapture(), "aiokafka": AioKafkaCapture()}
     todo = []
     for n in names:
+        if n not in CLIENTS:
+            raise SystemExit(f"unknown client {n!r}; choose from {', '.join(CLIENTS)}")
         why = drivers[n].available()
         if why:
-            if not args.skip_missing:
+            if not skip_missing:
                 raise SystemExit(f"{n}: {why} (or pass --skip-missing)")
             print(f"capture: skipping {n}: {why}", file=sys.stderr)
             continue
@@ -727,8 +727,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         except subprocess.TimeoutExpired:
             broker.kill()
         proxy.stop()
+    return recorder, versions
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    out = Path(args.out).resolve()
+    names = [c.strip() for c in args.clients.split(",") if c.strip()]
+    tmp = Path(tempfile.mkdtemp(prefix="kbroker-capture-"))
+    recorder, versions = record(names, tmp, args.skip_missing)
     chosen = select(recorder.exchanges, args.max_per_key, args.max_frame_bytes)
-    summary = write_golden(chosen, out, todo)
+    summary = write_golden(chosen, out, list(versions))
     print(json.dumps({"versions": versions, "frames": summary,
                       "exchanges_seen": len(recorder.exchanges),
                       "unmatched_responses": recorder.unmatched_responses}, indent=1))

@@ -45,7 +45,15 @@ def docs_section(report: d.Report, allow: d.AllowList) -> str:
         "every API key of the specs that Kafka does not advertise on its client listener (both must refuse it the "
         "same way). Answers are decoded and compared field by field; a connection closed by one broker where the "
         "other answers is a difference. `compat_tests/test_protocol_differential.py` runs all of it in CI and "
-        "fails on any difference that `compat_tests/differential_allowed.json` does not list.",
+        "fails on any difference that `compat_tests/differential_allowed.json` does not list. DescribeConfigs is also "
+        "compared key by key (name, value, source, type, read-only, sensitive, synonyms, and the keys only one "
+        "broker has): [describe-configs.md](describe-configs.md). And the sessions of real clients are replayed: "
+        "the Java client 4.3.1, librdkafka (confluent-kafka), kafka-python and aiokafka are driven through a "
+        "recording proxy in front of a kbroker node (`scripts/capture_frames.py`: topic creation and description, "
+        "idempotent and compressed produce, fetch, offsets, deletion), and their requests are sent again, in the "
+        "recorded order and pace, to the Kafka node and the kbroker node, with the ids each broker handed out "
+        "substituted and retriable errors retried as a client would (`kbroker/testing/session_replay.py`); the "
+        "answers are compared as above (`test_recorded_client_sessions_replayed`, about 150 requests).",
         "",
         "Normalised before comparing, and nothing else: throttle times; timestamps the broker picks (>= 0); cluster "
         "ids; topic ids (named after their topic); member ids, producer ids, fetch session ids, client instance "

@@ -704,8 +704,16 @@ Names = _seqs.Names
 
 # ------------------------------------------------------------------------------------------------ a pair of brokers
 
-#: the server properties both brokers get (on top of the harness's common ones)
-PAIR_OVERRIDES: dict[str, str] = {}
+#: the server properties both brokers get (on top of the harness's common ones): the keys the reference harness
+#: sets in Kafka's server.properties (KRaft needs them, or one node's internal topics do), so that DescribeConfigs
+#: compares like with like
+PAIR_OVERRIDES: dict[str, str] = {
+    "controller.listener.names": "CONTROLLER",
+    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,"
+                                      "SASL_SSL:SASL_SSL",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+}
 
 
 class BrokerPair:

@@ -24,6 +24,7 @@ import dataclasses
 import secrets
 import struct
 import threading
+import time
 from typing import Any, Callable
 
 from kbroker.protocol import codec
@@ -35,7 +36,9 @@ from kbroker.protocol.schema import in_range
 from kbroker.testing.differential import CLIENT_ID, Ctx, Sequence, Step, Target, Conn, decode_response, _one
 
 K = ApiKey
-TS = 1_700_000_000_000  # fixed record timestamps: the same batches on both brokers
+#: record timestamps: the same batches on both brokers, and recent (midnight UTC of the day the module loads), so
+#: that time-based retention (7 days by default; Kafka's first check runs 30 s after start) deletes nothing
+TS = int(time.time() // 86_400) * 86_400_000
 
 
 @dataclasses.dataclass
@@ -463,7 +466,13 @@ def _incremental_alter_configs(v: int, n: Names, seq: str) -> list[Step]:
     return [S(K.INCREMENTAL_ALTER_CONFIGS, v, body([("retention.ms", 0, "7200000")])),
             S(K.INCREMENTAL_ALTER_CONFIGS, v, body([("cleanup.policy", 2, "compact")], True)),
             S(K.INCREMENTAL_ALTER_CONFIGS, v, body([("retention.ms", 1, None)], True)),
-            S(K.INCREMENTAL_ALTER_CONFIGS, v, body([("log.cleaner.threads", 0, "1")], True, 4, "1"))]
+            S(K.INCREMENTAL_ALTER_CONFIGS, v, body([("log.cleaner.threads", 0, "1")], True, 4, "1")),
+            # the broker's loggers (KIP-412), validated only: a level, a bad level, APPEND, DELETE of the root
+            S(K.INCREMENTAL_ALTER_CONFIGS, v, body([("root", 0, "INFO")], True, 8, "1")),
+            S(K.INCREMENTAL_ALTER_CONFIGS, v, body([("root", 0, "LOUD")], True, 8, "1")),
+            S(K.INCREMENTAL_ALTER_CONFIGS, v, body([("root", 2, "INFO")], True, 8, "1")),
+            S(K.INCREMENTAL_ALTER_CONFIGS, v, body([("root", 1, None)], True, 8, "1")),
+            S(K.INCREMENTAL_ALTER_CONFIGS, v, body([("root", 0, "INFO")], True, 8, "7"))]
 
 
 def _create_partitions(v: int, n: Names, seq: str) -> list[Step]:

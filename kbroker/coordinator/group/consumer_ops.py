@@ -645,7 +645,7 @@ class ConsumerGroupOps:
         members = [Described.Member(
             member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
             client_id=m.client_id, client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topic_names),
-            subscribed_topic_regex=m.subscribed_topic_regex, assignment=tps(m.assigned),
+            subscribed_topic_regex=m.subscribed_topic_regex or "", assignment=tps(m.assigned),  # Kafka: "" if none
             target_assignment=tps(group.target_assignment.get(m.member_id, {})),
             member_type=MEMBER_TYPE_CONSUMER if m.classic is None else MEMBER_TYPE_CLASSIC)
             for m in group.members.values()]

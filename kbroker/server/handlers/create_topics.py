@@ -3,7 +3,8 @@
 Behavior: each topic goes to the quorum controller, which validates it as Kafka does
 (INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR,
 INVALID_CONFIG, INVALID_REPLICA_ASSIGNMENT) and writes TopicRecord, PartitionRecords and ConfigRecords
-to the metadata log; ``validate_only`` checks without writing. A name listed twice in one request gets
+to the metadata log; ``validate_only`` checks without writing (and answers the configs the topic would have and a
+fresh topic id that is not kept, as Kafka). A name listed twice in one request gets
 INVALID_REQUEST for every occurrence. At most 10,000 partitions per request and 10,000 metadata records (Kafka's limits;
 POLICY_VIOLATION "Excessively large number of partitions per request." / "Unable to perform excessively large
 batch operation." for every topic of the request, checked before anything is built). The topics are written a few hundred partitions at a time, so that a request creating thousands of
@@ -13,6 +14,7 @@ Version notes: v5 returns partitions, replication factor and configs; v7 the top
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 
 from kbroker.protocol.api_keys import ApiKey
@@ -188,10 +190,13 @@ async def _handle(ctx, request: CreateTopicsRequest) -> R:
                                      error_message=r.error_message, num_partitions=r.num_partitions,
                                      replication_factor=r.replication_factor)
         if r.error_code == ErrorCode.NONE:
-            if not request.validate_only:
-                out.configs = [R.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
-                                                       config_source=e.config_source, is_sensitive=e.is_sensitive)
-                               for e in _topic_entries(ctx, t.name, None, False)]
+            # validate_only: as Kafka, the configs the topic would have and an id that is not kept
+            would_be = {c.name: c.value for c in t.configs if c.value is not None} if request.validate_only else None
+            if request.validate_only:
+                out.topic_id = uuid.uuid4().bytes
+            out.configs = [R.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
+                                                   config_source=e.config_source, is_sensitive=e.is_sensitive)
+                           for e in _topic_entries(ctx, t.name, None, False, would_be)]
         else:
             out.num_partitions = out.replication_factor = -1
             out.configs = []  # as Kafka: an empty list, not null

@@ -44,9 +44,9 @@ async def handle(ctx, request: DescribeTopicPartitionsRequest) -> R:
             continue
         topic = image.topics_by_name.get(name)
         if topic is None:
-            resp.topics.append(R.DescribeTopicPartitionsResponseTopic(
+            resp.topics.append(R.DescribeTopicPartitionsResponseTopic(  # Kafka answers the operations here too
                 error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name,
-                topic_authorized_operations=-2147483648))
+                topic_authorized_operations=common.authorized_ops(ctx, 2, name, True)))
             continue
         out = R.DescribeTopicPartitionsResponseTopic(name=name, topic_id=topic.topic_id,
                                                      is_internal=common.is_internal_topic(name),

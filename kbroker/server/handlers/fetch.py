@@ -272,12 +272,13 @@ def _read_all(ctx, request: FetchRequest, version: int, replica_id: int = -1, re
             except KafkaError as exc:
                 pd.error_code = exc.code
                 had_error = True
-                # as Kafka's answer for a partition in error: no offsets; and for a topic or partition it does not
-                # know, an empty (not null) list of aborted transactions
+                # as Kafka's answer for a partition in error: no offsets; for a topic or partition it does not
+                # know, an empty list of aborted transactions, for a partition whose read failed (not the leader,
+                # offset out of range, epochs) null, also when read_committed
                 pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
-                if exc.code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID,
-                                ErrorCode.TOPIC_AUTHORIZATION_FAILED):
-                    pd.aborted_transactions = []
+                pd.aborted_transactions = [] if exc.code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                                             ErrorCode.UNKNOWN_TOPIC_ID,
+                                                             ErrorCode.TOPIC_AUTHORIZATION_FAILED) else None
                 if exc.code in _LEADER_HINT_ERRORS and version >= 16 and topic is not None:
                     # KIP-951: the leader this broker knows and its address save the client a metadata round
                     # trip; as Kafka's, only from v16 (CurrentLeader exists from v12 but stays -1 before v16)

@@ -5,7 +5,8 @@ the client metrics subscriptions it matches (``kbroker-client-metrics``; matched
 software name and version of its ApiVersions, its address and port and instance id), the shortest of their
 push intervals, a subscription id that changes with them, the accepted compression types (ZSTD, LZ4, GZIP,
 SNAPPY), ``telemetry_max_bytes`` 1 MiB and cumulative temporality (``delta_temporality`` false: the broker
-exports the values as they come). No matching subscription: no requested metrics, so the client pushes nothing.
+exports the values as they come). No matching subscription: no requested metrics, so the client pushes nothing,
+and ``delta_temporality`` is Kafka's default answer, true.
 A second request within the push interval (subscriptions unchanged) gets THROTTLING_QUOTA_EXCEEDED. Rules in
 ``kbroker.server.client_telemetry``.
 """
@@ -40,4 +41,5 @@ async def handle(ctx, request: GetTelemetrySubscriptionsRequest) -> R:
         return R(error_code=exc.code, client_instance_id=request.client_instance_id)
     return R(error_code=ErrorCode.NONE, client_instance_id=inst.instance_id, subscription_id=inst.subscription_id,
              accepted_compression_types=list(ACCEPTED_COMPRESSION_TYPES), push_interval_ms=inst.interval_ms,
-             telemetry_max_bytes=telemetry.max_bytes, delta_temporality=False, requested_metrics=list(inst.metrics))
+             telemetry_max_bytes=telemetry.max_bytes, delta_temporality=not inst.metrics,
+             requested_metrics=list(inst.metrics))

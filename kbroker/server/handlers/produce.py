@@ -270,6 +270,7 @@ async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
             pr = ProduceResponse.PartitionProduceResponse(index=pdata.index, base_offset=-1,
                                                           log_append_time_ms=-1, log_start_offset=-1)
             out_topic.partition_responses.append(pr)
+            part = None
             try:
                 if acks not in (-1, 0, 1):
                     raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
@@ -294,6 +295,8 @@ async def handle(ctx, request: ProduceRequest) -> ProduceResponse | None:
                     delayed.append((part, info.last_offset, pr))
             except KafkaError as exc:
                 pr.error_code = exc.code
+                if part is not None:  # refused by the partition itself (its batch): Kafka answers its start offset
+                    pr.log_start_offset = part.log_start_offset
                 had_not_leader = had_not_leader or exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
                 if version >= 8 and exc.message:
                     pr.error_message = exc.message

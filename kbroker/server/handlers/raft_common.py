@@ -35,11 +35,12 @@ async def voter_change(ctx, request: Any, change: Any) -> tuple[int, str | None]
     from kbroker.server.metadata_quorum import FORWARDED_PREFIX
 
     quorum = ctx.broker.metadata_quorum
+    # checked first, as Kafka; only a null id is not checked ("" is another cluster's)
+    if request.cluster_id is not None and request.cluster_id != ctx.broker.controller.cluster_id:
+        return ErrorCode.INCONSISTENT_CLUSTER_ID, f"this is cluster {ctx.broker.controller.cluster_id}"
     if quorum is None or quorum.client is None:
         return ErrorCode.UNSUPPORTED_VERSION, (f"node {ctx.broker.node_id} is a quorum of one: its voters cannot "
                                                f"change (start the cluster with controller.quorum.voters)")
-    if request.cluster_id and request.cluster_id != ctx.broker.controller.cluster_id:
-        return ErrorCode.INCONSISTENT_CLUSTER_ID, f"this is cluster {ctx.broker.controller.cluster_id}"
     if not quorum.client.is_leader:
         if ctx.client_id.startswith(FORWARDED_PREFIX):
             return ErrorCode.NOT_LEADER_OR_FOLLOWER, f"node {ctx.broker.node_id} is not the quorum's leader"
