@@ -248,6 +248,11 @@ class PartitionLog:
         self.producer_state.remove_stray_snapshots(self._bases)
         rebuild_producer_state(self.producer_state, self._segments, self.log_start_offset, self._leo, now,
                                clean_shutdown)
+        if not clean_shutdown:
+            # as Kafka after an unclean shutdown: the state rebuilt from the log is written as a snapshot at the
+            # log end and loaded from it, so a producer's earlier batches are no longer recognised as duplicates
+            # (only its last batch is; a retry of an older one is OUT_OF_ORDER_SEQUENCE_NUMBER)
+            self.producer_state.reload(self.log_start_offset, now)
 
     # -- open / recovery ----------------------------------------------------------------------------
 

@@ -636,6 +636,13 @@ class ProducerStateManager:
         else:
             self.on_log_start_offset_incremented(log_start_offset)
 
+    def reload(self, log_start_offset: int, now_ms: int) -> None:
+        """Forget the table and load the newest snapshot, as a restart would: each producer keeps only its last
+        batch (a snapshot holds no more), so only that one is recognised as a duplicate afterwards."""
+        self.producers.clear()
+        self.ongoing_txns.clear()
+        self._load_from_snapshot(log_start_offset, now_ms)
+
     def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
         """The log start offset moved up (retention, DeleteRecords). As in Kafka, producer ids whose batches
         all lie below it are *not* forgotten: they stay until they expire."""
