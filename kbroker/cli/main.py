@@ -41,6 +41,16 @@ def _parse_overrides(items: list[str]) -> dict[str, str]:
     return out
 
 
+def embedded_props(overrides: dict[str, str]) -> dict[str, str]:
+    """The embedded node's properties: :data:`EMBEDDED_DEFAULTS` under the ``--override``s. Overridden
+    ``listeners`` without ``advertised.listeners`` are advertised themselves, as Kafka defaults it."""
+    props = dict(EMBEDDED_DEFAULTS)
+    if "listeners" in overrides and "advertised.listeners" not in overrides:
+        del props["advertised.listeners"]
+    props.update(overrides)
+    return props
+
+
 def _install_loop_policy() -> None:
     try:
         import uvloop  # type: ignore[import-not-found]
@@ -209,8 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                     "listener's port, brokers 2..N on port+2.., the controller on port+1 (kbroker.cli.node_processes)")
     add_version(ap)
     args = ap.parse_args(argv)
-    props = dict(EMBEDDED_DEFAULTS)
-    props.update(_parse_overrides(args.override))
+    props = embedded_props(_parse_overrides(args.override))
     if args.processes < 1:
         ap.error("--processes must be 1 or more")
     if args.processes > 1:

@@ -286,3 +286,13 @@ def test_configs_quota_entities_pair_types_and_names_in_order():
     assert entity("--entity-type", "topics", "--entity-name", "t") is None
     with pytest.raises(SystemExit):
         entity("--entity-type", "users", "--entity-type", "ips")
+
+
+def test_embedded_node_advertises_overridden_listeners() -> None:
+    from kbroker.cli.main import embedded_props
+
+    assert embedded_props({})["advertised.listeners"] == "PLAINTEXT://localhost:9092"
+    props = embedded_props({"listeners": "PLAINTEXT://127.0.0.1:9093"})
+    assert "advertised.listeners" not in props  # defaults to the listeners, as Kafka
+    props = embedded_props({"listeners": "PLAINTEXT://0.0.0.0:9093", "advertised.listeners": "PLAINTEXT://h:9093"})
+    assert props["advertised.listeners"] == "PLAINTEXT://h:9093"
