@@ -617,7 +617,10 @@ def kafka_share_groups_tool(bootstrap: str, *args: str) -> str:
 def test_share_groups_cli_reset_new_group_and_describe_like_kafka(kbroker_factory):
     """``kbroker-share-groups --reset-offsets --execute`` on a group nobody used creates it (empty) with the start
     offsets; ``--describe`` (and ``--verbose``) then prints what Kafka's kafka-share-groups.sh prints, character
-    for character: the start offset and the lag, also once the group's last member left."""
+    for character: the start offset and the lag, also once the group's last member left. The start offset shown is
+    the one the share partition last wrote, which is the one it had before that write's acknowledgements (Kafka
+    moves it once the write completed): 0 after a-0..a-3 were accepted and a-4 released, 4 after a-4 was
+    released until archived."""
     broker, topic, group, producer = _one_consumer_setup({}, kbroker_factory)
     b = broker.bootstrap
     for i in range(5):  # one batch each: Kafka keeps the start offset at a partly acknowledged batch's base offset
@@ -639,7 +642,7 @@ def test_share_groups_cli_reset_new_group_and_describe_like_kafka(kbroker_factor
                                  [group, topic, "0", "0", "0", "5"]]
     c = consumer(b, group, explicit=True)
     c.subscribe([topic])
-    try:  # a-0..a-3 accepted, a-4 released: the start offset moves to 4, one record of lag
+    try:  # a-0..a-3 accepted, a-4 released: the share partition's start offset moves to 4, one record of lag
         _poll_until(c, lambda s: {m.value() for m in s} >= {b"a-%d" % i for i in range(5)}, 30,
                     lambda m: AcknowledgeType.RELEASE if m.value() == b"a-4" else AcknowledgeType.ACCEPT)
     finally:
@@ -651,9 +654,21 @@ def test_share_groups_cli_reset_new_group_and_describe_like_kafka(kbroker_factor
     header, row = both()
     assert header == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"] and row[:3] == [group, topic, "0"]
     assert row[4] == "1"  # the released a-4
-    # kbroker's start offset moved past the accepted a-0..a-3 (4); Kafka 4.3.1 still reports the reset offset (0)
-    # here (its persisted start offset, with 4 records counted as delivered in the lag)
-    assert row[3] == ("0" if current_target() == "kafka" else "4")
+    # the persisted start offset is the one the share partition had when it wrote the acknowledgements (0), with
+    # a-0..a-3 counted as delivered in the lag; the move to 4 is written with the next state change
+    assert row[3] == "0"
+    c = consumer(b, group, explicit=True)
+    c.subscribe([topic])
+    try:  # a-4 released at each delivery until the delivery count limit (5) archives it
+        got = _poll_until(c, lambda s: len(s) >= 4, 30, lambda m: AcknowledgeType.RELEASE)
+        assert [m.value() for m in got] == [b"a-4"] * 4
+    finally:
+        c.close()
+    # the writes of these releases carry start offset 4, the last one too (it archives a-4: delivered, no lag)
+    deadline = time.monotonic() + 30
+    while (row := both()[1]) != [group, topic, "0", "4", "0"]:
+        assert time.monotonic() < deadline, f"--describe: {row}"
+        time.sleep(0.5)
 
 
 # ============================================================================================ Java client
@@ -957,7 +972,10 @@ def test_share_state_moves_with_the_partition_leader_in_a_cluster(tmp_path):
         topic_id = _topic_id(admin, topic)
 
         def leaders() -> tuple[int, dict[int, int], dict[int, int]]:
-            md = admin.list_topics(timeout=10)
+            try:
+                md = admin.list_topics(timeout=10)
+            except confluent_kafka.KafkaException:  # a node just killed: its metadata request timed out
+                return -1, {}, {}
             state, offsets = md.topics.get(SHARE_STATE_TOPIC), md.topics.get("__consumer_offsets")
             return (md.topics[topic].partitions[0].leader,
                     {p: pm.leader for p, pm in (state.partitions.items() if state is not None else [])},
@@ -1062,16 +1080,24 @@ def test_share_group_offset_apis_reach_state_kept_by_another_node(tmp_path):
                 assert describe(False) == [(0, 0, start)]  # the subscribed topic's state, found on the other node
                 c.close()
                 c = None
+                # its members gone, the group still lists the partition (initialized, state on the other node)
+                wait_until(lambda: [(p, e) for p, e, _ in describe(False)] == [(0, 0)]
+                           and conn.send(m.ShareGroupDescribeRequest(group_ids=[group]), 1).groups[0].group_state
+                           == "Empty", 30, "an empty group listing its partition")
                 A = m.AlterShareGroupOffsetsRequest
                 alter = A(group_id=group, topics=[A.AlterShareGroupOffsetsRequestTopic(topic_name=topic, partitions=[
                     A.AlterShareGroupOffsetsRequestPartition(partition_index=0, start_offset=1)])])
                 resp = wait_until(lambda: (r := conn.send(alter)).error_code == 0 and r, 30, "an empty group")
                 assert [p.error_code for t in resp.responses for p in t.partitions] == [0]
                 assert describe(True) == [(0, 0, 1)]
+                # no members: without topics, the partitions the group coordinator recorded as initialized
+                # (ShareGroupStatePartitionMetadata), their state read from the other node
+                assert describe(False) == [(0, 0, 1)]
                 X = m.DeleteShareGroupOffsetsRequest
                 deleted = conn.send(X(group_id=group, topics=[X.DeleteShareGroupOffsetsRequestTopic(topic_name=topic)]))
                 assert deleted.error_code == 0 and [t.error_code for t in deleted.responses] == [0]
                 assert describe(True) == [(0, 0, -1)]
+                wait_until(lambda: describe(False) == [], 30, "the deleted topic no longer listed")
         finally:
             if c is not None:
                 c.close()
@@ -1225,7 +1251,10 @@ def test_share_group_on_three_nodes_coordinators_apart_from_the_leader(tmp_path,
     coordinator (FindCoordinator key type 0) and its share coordinator (FindCoordinator key type 2, the leader of
     the group's ``__share_group_state`` partition). librdkafka: acknowledgements (ACCEPT and REJECT) a consumer
     sends as it closes are applied, none redelivered; the Java KafkaShareConsumer: a plain consume of 20 records,
-    each once; the Java Admin client's listShareGroupOffsets: the start offset and a lag of 0."""
+    each once; the Java Admin client's listShareGroupOffsets: the start offset and a lag of 0; the Java consumer's
+    acknowledgements sent by close() applied, and whole-batch acquisition beyond max.poll.records;
+    ``kbroker-share-groups --reset-offsets`` of a new group then ``--describe`` of it, empty, through its coordinator
+    while another node keeps its share state; then that group's cap of 100 record locks with librdkafka."""
     from kbroker.cli._wire import WireClient
     from kbroker.coordinator.share.service import SHARE_STATE_TOPIC, coordinator_key
     from kbroker.protocol import messages as m
@@ -1274,10 +1303,10 @@ def test_share_group_on_three_nodes_coordinators_apart_from_the_leader(tmp_path,
         assert sorted(e["value"] for e in got) == ["p-%02d" % i for i in range(20)]
         assert all(e["delivery"] == 1 for e in got), got
         # listShareGroupOffsets (group coordinator): the state the leader wrote to the share coordinator, the lag with
-        # the leader's high watermark. All 33 records (4 rounds of 3, the sentinel, these 20) are done: kbroker's
-        # start offset is past them; Kafka 4.3.1 keeps its persisted start offset at 13 here and counts the 20
-        # accepted records as delivered in the lag
-        want = {f"{topic}-0": {"start": 13 if current_target() == "kafka" else 33, "lag": 0}}
+        # the leader's high watermark. All 33 records (4 rounds of 3, the sentinel, these 20) are done; the persisted
+        # start offset is the one the share partition had when it wrote the acknowledgement of the 20 (13), which
+        # counts them as delivered in the lag
+        want = {f"{topic}-0": {"start": 13, "lag": 0}}
         wait_until(lambda: java_admin(share_driver, "describe", "--bootstrap", bootstrap, "--group", group)["state"]
                    == "Empty", 30, "an empty group")
         deadline = time.monotonic() + 30
@@ -1285,3 +1314,61 @@ def test_share_group_on_three_nodes_coordinators_apart_from_the_leader(tmp_path,
                                     topic, "--partition", "0")["offsets"]) != want:
             assert time.monotonic() < deadline, f"listShareGroupOffsets: {listed}, not {want}"
             time.sleep(0.5)
+
+        # KafkaShareConsumer: acknowledgements close() sends (no commitSync) are applied, ACCEPT then REJECT
+        for r, ack in enumerate(["accept", "reject"]):
+            for i in range(3):
+                producer.produce(topic, b"j%d-%d" % (r, i))
+            producer.flush(10)
+            events = java_take(share_driver, bootstrap, group, topic, f"j{r}-", 3, ack=ack, commit=False)
+            assert [e["delivery"] for e in _records(events, f"j{r}-")] == [1, 1, 1], events
+        # whole-batch acquisition: max.poll.records 3 and one 10-record batch; halted after its first poll, the
+        # consumer held all 10, which come back with delivery count 2 (and none of the acknowledged j records)
+        batcher = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 1000})
+        for i in range(10):
+            batcher.produce(topic, b"b-%d" % i)
+        assert batcher.flush(10) == 0
+        first = java_take(share_driver, bootstrap, group, topic, "b-", 1, max_poll_records=3, halt=True)
+        assert first[-1] == {"event": "halt"} and len(_records(first, "b-")) == 10, first
+        again = java_take(share_driver, bootstrap, group, topic, "b-", 10, extra_ms=500)
+        assert {e["value"]: e["delivery"] for e in _records(again, "b-")} == {"b-%d" % i: 2 for i in range(10)}
+        assert _records(again, "j") == []
+
+        # kbroker-share-groups on a new group whose share state is kept by another node than its coordinator:
+        # --reset-offsets creates it with the start offset, --describe (no members, no topics named) lists it:
+        # the group coordinator's record of initialized partitions (ShareGroupStatePartitionMetadata)
+        group2 = next(g for g in candidates if g != group and group_coord[g] != share_coord[g])
+        reset = share_groups_cli(bootstrap, "--reset-offsets", "--group", group2, "--topic", topic, "--to-earliest",
+                                 "--execute")
+        assert reset.strip().splitlines()[-1].split() == [group2, topic, "0", "0"]
+        [row] = [line.split() for line in share_groups_cli(bootstrap, "--describe", "--group",
+                                                           group2).strip().splitlines()[1:]]
+        assert row[:4] == [group2, topic, "0", "0"] and int(row[4]) > 0, row
+
+        # share.partition.max.record.locks 100 (group config) on the leader: librdkafka given a backlog of 300
+        # single-record batches (the group reset to the end first) gets never more than 100 records a poll, all once
+        share_groups_cli(bootstrap, "--reset-offsets", "--group", group2, "--topic", topic, "--to-latest",
+                         "--execute")
+        set_group_configs(bootstrap, group2, {"share.partition.max.record.locks": "100"})
+        for i in range(300):
+            producer.produce(topic, b"m-%03d" % i)
+            producer.flush(10)  # one record per batch
+        c = consumer(bootstrap, group2, explicit=True)
+        c.subscribe([topic])
+        polls: list[int] = []
+        got: list[bytes] = []
+        try:
+            deadline = time.monotonic() + 60
+            while len([v for v in got if v.startswith(b"m-")]) < 300:
+                assert time.monotonic() < deadline, f"got {len(got)} records"
+                msgs = data_messages(c.poll(0.5))
+                for msg in msgs:
+                    c.acknowledge(msg, AcknowledgeType.ACCEPT)
+                if msgs:
+                    polls.append(len(msgs))
+                    got.extend(msg.value() for msg in msgs)
+                    c.commit_sync(10)
+        finally:
+            c.close()
+        assert sorted(v for v in got if v.startswith(b"m-")) == [b"m-%03d" % i for i in range(300)]
+        assert max(polls) <= 100 and len(polls) >= 3, polls

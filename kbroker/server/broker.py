@@ -106,6 +106,8 @@ class Broker:
         self.share_persister = SharePersister(self.share_coordinator, self)
         self.share_partitions = SharePartitionManager.for_broker(self, self.share_persister)
         self.group_coordinator.share_group_deleted_hook = self._share_group_deleted
+        self.group_coordinator.share_state_initializer = self._initialize_share_state
+        self._share_state_tasks: set[asyncio.Task[None]] = set()
         #: markers for partitions led by other brokers, one WriteTxnMarkers per broker (a cluster only)
         self.marker_sender: Any = None
         #: transaction verification with a coordinator on another broker (a cluster only, KIP-890)
@@ -327,9 +329,35 @@ class Broker:
 
         self.controller.add_listener(on_update)
 
-    def _share_group_deleted(self, group_id: str) -> None:
-        """DeleteGroups removed a share group: its share state goes too (after the group's records are written)."""
-        asyncio.get_running_loop().call_soon(self.share_partitions.forget_group, group_id)
+    def _share_group_deleted(self, group_id: str, partitions: dict[bytes, frozenset[int]]) -> None:
+        """DeleteGroups removed a share group: its share state goes too (after the group's records are written):
+        the states kept here, and those of its initialized ``partitions`` wherever they are kept."""
+        loop = asyncio.get_running_loop()
+        loop.call_soon(self.share_partitions.forget_group, group_id)
+
+        async def delete_elsewhere() -> None:
+            for tid, ps in sorted(partitions.items()):
+                for p in sorted(ps):
+                    try:
+                        await self.share_persister.delete(group_id, tid, p)
+                    except Exception as exc:  # noqa: BLE001 - KafkaError, the node gone: the state stays
+                        log.info("deleting share state of group %s, partition %d: %s", group_id, p, exc)
+
+        if partitions and self.share_coordinator.topic_exists():
+            task = loop.create_task(delete_elsewhere())
+            self._share_state_tasks.add(task)
+            task.add_done_callback(self._share_state_tasks.discard)
+
+    async def _initialize_share_state(self, group_id: str,
+                                      partitions: dict[bytes, frozenset[int]]) -> dict[bytes, frozenset[int]]:
+        """The group coordinator's share-state initializer: InitializeShareGroupState for each partition without a
+        state (:meth:`SharePersister.initialize`); the partitions that have one now."""
+        done: dict[bytes, frozenset[int]] = {}
+        for tid, ps in sorted(partitions.items()):
+            ok = [p for p in sorted(ps) if await self.share_persister.initialize(group_id, tid, p)]
+            if ok:
+                done[tid] = frozenset(ok)
+        return done
 
     def _start_partitions(self) -> None:
         """Host the partitions the image assigns to this broker, and the coordinators on them."""

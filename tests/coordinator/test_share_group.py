@@ -183,3 +183,63 @@ def test_records_replay_into_the_same_groups():
     [res] = r.runtime.write(PARTITION, lambda s: s.delete_groups(["empty"]))
     assert res.error_code == 0
     assert "empty" not in r.shard.share_groups and "empty" not in r.reload().shard.share_groups
+
+
+def test_share_state_partition_metadata_record():
+    """ShareGroupStatePartitionMetadata (record 15): a heartbeat's subscribed partitions become *initializing*
+    (once per retry interval), then *initialized*; DeleteShareGroupOffsets removes a topic; the record replays;
+    DeleteGroups passes the initialized partitions to the deletion hook."""
+    from kbroker.coordinator.group.share_group import INITIALIZE_RETRY_INTERVAL_MS
+
+    h = SGHarness(share_group_session_timeout_ms=2 * INITIALIZE_RETRY_INTERVAL_MS)
+    deleted: list[tuple[str, dict[bytes, frozenset[int]]]] = []
+    h.shard.on_share_group_deleted = lambda g, ps: deleted.append((g, ps))
+
+    def pending() -> dict[bytes, frozenset[int]]:
+        return h.runtime.write(PARTITION, lambda s: s.share_group_initialize_pending("g"))
+
+    def initialized(shard: Any = None) -> dict[bytes, frozenset[int]]:
+        return (shard or h.shard).share_group_initialized_partitions("g")
+
+    assert h.runtime.write(PARTITION, lambda s: s.share_group_initialize_pending("nope")) == {}
+    h.shb("g", "a", 0, ["t1", "t2"])
+    assert pending() == {T1: frozenset({0}), T2: frozenset({0, 1, 2, 3})}
+    assert pending() == {} and initialized() == {}  # initializing: not asked again within the retry interval
+    h.advance(INITIALIZE_RETRY_INTERVAL_MS)
+    assert pending() == {T1: frozenset({0}), T2: frozenset({0, 1, 2, 3})}  # asked again after it
+    h.runtime.write(PARTITION, lambda s: s.share_group_state_initialized("g", {T2: frozenset({0, 1})}))
+    assert initialized() == {T2: frozenset({0, 1})}
+    h.runtime.write(PARTITION, lambda s: s.share_group_state_initialized("g", {T1: frozenset({0}),
+                                                                          T2: frozenset({2, 3})}))
+    assert initialized() == {T1: frozenset({0}), T2: frozenset({0, 1, 2, 3})}
+    assert pending() == {}
+    st = h.shard.share_state_partitions["g"]
+    assert st.initializing == {} and st.initialized[T2][0] == "t2"
+    h.runtime.write(PARTITION, lambda s: s.share_group_state_deleted("g", [T1]))
+    assert initialized() == {T2: frozenset({0, 1, 2, 3})}
+    r = h.reload()
+    assert initialized(r.shard) == {T2: frozenset({0, 1, 2, 3})}
+    h.shb("g", "a", -1)
+    [res] = h.runtime.write(PARTITION, lambda s: s.delete_groups(["g"]))
+    assert res.error_code == 0 and "g" not in h.shard.share_state_partitions
+    assert deleted == [("g", {T2: frozenset({0, 1, 2, 3})})]
+
+
+def test_assignment_waits_for_initialized_share_state():
+    """With ``share_state_gated`` (a broker's coordinator, as Kafka): only partitions with initialized share state
+    are assigned; once more get it, the next heartbeat bumps the group epoch and assigns them."""
+    h = SGHarness()
+    h.shard.share_state_gated = True
+    a = h.shb("g", "a", 0, ["t2"])
+    assert a.member_epoch == 1 and parts(a) == {}
+    assert h.runtime.write(PARTITION, lambda s: s.share_group_initialize_pending("g")) == {T2: frozenset(range(4))}
+    assert h.shb("g", "a", 1).assignment is None  # nothing initialized yet: nothing new
+    h.runtime.write(PARTITION, lambda s: s.share_group_state_initialized("g", {T2: frozenset({1, 2})}))
+    a2 = h.shb("g", "a", 1)
+    assert a2.member_epoch == 2 and parts(a2) == {T2: [1, 2]}
+    b = h.shb("g", "b", 0, ["t2"])
+    assert b.member_epoch == 3 and parts(b) == {T2: [2]}
+    h.runtime.write(PARTITION, lambda s: s.share_group_state_initialized("g", {T2: frozenset({0, 3})}))
+    a3 = h.shb("g", "a", 2)
+    assert a3.member_epoch == 4 and parts(a3) == {T2: [0, 2]}
+    assert h.shb("g", "a", 4).assignment is None  # assigned as initialized: no further bump

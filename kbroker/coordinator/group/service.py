@@ -152,8 +152,14 @@ class GroupCoordinator:
         #: ``hook(group id, member id)``: a share group member left or was fenced here (the broker does not
         #: release its records then: its share sessions end on their own)
         self.share_member_removed_hook: Callable[[str, str], None] | None = None
-        #: ``hook(group id)``: a share group was deleted here (the broker deletes its share state)
-        self.share_group_deleted_hook: Callable[[str], None] | None = None
+        #: ``hook(group id, initialized partitions)``: a share group was deleted here (the broker deletes its share
+        #: state)
+        self.share_group_deleted_hook: Callable[[str, dict[bytes, frozenset[int]]], None] | None = None
+        #: ``await initializer(group id, {topic id: partitions})`` -> the partitions whose share state exists now:
+        #: the broker's InitializeShareGroupState to the share coordinators (None: share state is not initialized
+        #: by the group coordinator)
+        self.share_state_initializer: Callable[[str, dict[bytes, frozenset[int]]], Any] | None = None
+        self._share_init_tasks: set[asyncio.Task[None]] = set()
 
     #: how long a write waits for the in-sync replicas before the answer is COORDINATOR_NOT_AVAILABLE
     commit_timeout_ms = 5000
@@ -170,11 +176,12 @@ class GroupCoordinator:
                                       image_provider=lambda: self.controller.image)
         shard.on_share_member_removed = self._share_member_removed
         shard.on_share_group_deleted = self._share_group_deleted
+        shard.share_state_gated = self.share_state_initializer is not None
         return shard
 
-    def _share_group_deleted(self, group_id: str) -> None:
+    def _share_group_deleted(self, group_id: str, partitions: dict[bytes, frozenset[int]]) -> None:
         if self.share_group_deleted_hook is not None:
-            self.share_group_deleted_hook(group_id)
+            self.share_group_deleted_hook(group_id, partitions)
 
     def _share_member_removed(self, group_id: str, member_id: str) -> None:
         if self.share_member_removed_hook is not None:
@@ -372,7 +379,58 @@ class GroupCoordinator:
         except KafkaError as exc:
             return ShareGroupHeartbeatResponse(error_code=exc.code, error_message=exc.message)
         assert response is not None
+        if response.error_code == ErrorCode.NONE and request.member_epoch != -1:
+            self._maybe_initialize_share_state(request.group_id)
         return response
+
+    # ---- share state of share groups (ShareGroupStatePartitionMetadata, record 15)
+    def _maybe_initialize_share_state(self, group_id: str) -> None:
+        """After a heartbeat: the subscribed partitions without share state are recorded as initializing and their
+        state is initialized in the background (Kafka's group coordinator does the same after a heartbeat)."""
+        if self.share_state_initializer is None:
+            return
+        try:
+            pending = self.runtime.write(self.partition_for(group_id),
+                                         lambda shard: shard.share_group_initialize_pending(group_id))
+        except KafkaError:
+            return
+        if pending:
+            task = asyncio.get_running_loop().create_task(self._initialize_share_state(group_id, pending))
+            self._share_init_tasks.add(task)
+            task.add_done_callback(self._share_init_tasks.discard)
+
+    async def _initialize_share_state(self, group_id: str, partitions: dict[bytes, frozenset[int]]) -> None:
+        assert self.share_state_initializer is not None
+        try:
+            done = await self.share_state_initializer(group_id, partitions)
+        except Exception as exc:  # noqa: BLE001 - retried after the retry interval, on a later heartbeat
+            log.info("share group %s: initializing share state failed: %s", group_id, exc)
+            return
+        if done:
+            self.share_group_state_initialized(group_id, done)
+
+    def share_group_state_initialized(self, group_id: str, partitions: dict[bytes, frozenset[int]]) -> None:
+        """Record ``partitions`` of share group ``group_id`` as having share state (record 15)."""
+        try:
+            self.runtime.write(self.partition_for(group_id),
+                               lambda shard: shard.share_group_state_initialized(group_id, partitions))
+        except KafkaError as exc:
+            log.info("share group %s: recording initialized share state failed: %s", group_id, exc.code)
+
+    def share_group_state_deleted(self, group_id: str, topic_ids: list[bytes]) -> None:
+        """The share state of these topics was deleted (DeleteShareGroupOffsets): they leave record 15."""
+        try:
+            self.runtime.write(self.partition_for(group_id),
+                               lambda shard: shard.share_group_state_deleted(group_id, topic_ids))
+        except KafkaError as exc:
+            log.info("share group %s: recording deleted share state failed: %s", group_id, exc.code)
+
+    def share_group_initialized_partitions(self, group_id: str) -> dict[bytes, frozenset[int]]:
+        """The partitions of share group ``group_id`` with initialized share state (record 15). Raises
+        KafkaError (the coordinator errors)."""
+        result = self.runtime.read(self.partition_for(group_id),
+                                   lambda shard: shard.share_group_initialized_partitions(group_id))
+        return result or {}
 
     def share_group_describe(self, group_ids: list[str],
                              include_authorized_operations: bool) -> list[ShareGroupDescribeResponse.DescribedGroup]:
@@ -418,14 +476,6 @@ class GroupCoordinator:
             return exc.code, exc.message
         assert result is not None
         return result
-
-    def share_group_subscribed_topics(self, group_id: str) -> set[str]:
-        """The topic names the members of share group ``group_id`` subscribe to (empty: no such group here)."""
-        try:
-            return self.runtime.read(self.partition_for(group_id), lambda shard: set(
-                g.subscribed_topics()) if (g := shard.share_groups.get(group_id)) is not None else set())
-        except KafkaError:
-            return set()
 
     def validate_offset_fetch_member(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """OffsetFetch v9+: the member id / epoch of a consumer group member (NONE for other groups)."""

@@ -30,8 +30,20 @@ State lives in ``__consumer_offsets`` as Kafka's coordinator writes it: ``ShareG
 ``ShareGroupMetadata`` (11, the group epoch), ``ShareGroupTargetAssignmentMetadata`` (12),
 ``ShareGroupTargetAssignmentMember`` (13) and ``ShareGroupCurrentMemberAssignment`` (14); operations return
 records and the state changes only when they are replayed, so a coordinator that loads the partition has the
-same groups (members get a fresh session timer). ``ShareGroupStatePartitionMetadata`` (15, which partitions'
-share state was initialized) is not written: share partitions start their state on the first ShareFetch.
+same groups (members get a fresh session timer).
+
+``ShareGroupStatePartitionMetadata`` (type 15, Kafka's record of which partitions of the group have share state):
+after a heartbeat the coordinator lists the subscribed partitions not yet initialized (nor initializing since less
+than :data:`INITIALIZE_RETRY_INTERVAL_MS`) as *initializing* (:meth:`ShareGroupOps.share_group_initialize_pending`);
+the service asks the share coordinators to initialize their state (InitializeShareGroupState, start offset -1:
+the partition leader applies ``share.auto.offset.reset`` on first use) and then records them *initialized*
+(:meth:`ShareGroupOps.share_group_state_initialized`). AlterShareGroupOffsets records the partitions it set as
+initialized, DeleteShareGroupOffsets removes the topics it deleted, DeleteGroups removes the record and passes the
+initialized partitions to ``on_share_group_deleted`` (their state is deleted wherever it is kept).
+DescribeShareGroupOffsets without topics lists the initialized partitions
+(:meth:`ShareGroupOps.share_group_initialized_partitions`), from any node. With ``share_state_gated`` (a broker's
+coordinator) the target assignment holds only initialized partitions, as Kafka's: a new member's first assignment
+is empty and the partitions come on the heartbeat after their initialization (it bumps the group epoch).
 """
 
 from __future__ import annotations
@@ -63,6 +75,9 @@ Resp = ShareGroupHeartbeatResponse
 Described = ShareGroupDescribeResponse
 #: topic id -> partitions
 Partitions = dict[bytes, frozenset[int]]
+#: Kafka's ``group.share.initialize.retry.interval.ms`` default: a partition still *initializing* after this long is
+#: initialized again
+INITIALIZE_RETRY_INTERVAL_MS = 30_000
 #: the share group record keys of ``__consumer_offsets`` (types 10-15)
 SHARE_GROUP_KEYS = (cr.ShareGroupMemberMetadataKey, cr.ShareGroupMetadataKey, cr.ShareGroupTargetAssignmentMetadataKey,
                     cr.ShareGroupTargetAssignmentMemberKey, cr.ShareGroupCurrentMemberAssignmentKey,
@@ -105,20 +120,46 @@ class ShareGroup:
         return {t for m in self.members.values() for t in m.subscribed_topic_names}
 
 
-def simple_assignment(members: dict[str, ShareGroupMember],
-                      topics: dict[str, tuple[bytes, int]]) -> dict[str, Partitions]:
-    """The share ``SimpleAssignor`` as described in the module docstring: member id -> topic id -> partitions."""
+@dataclass
+class ShareStatePartitions:
+    """A share group's ``ShareGroupStatePartitionMetadata`` (type 15): topic id -> (name, partitions[, since ms])."""
+
+    initializing: dict[bytes, tuple[str, frozenset[int], int]] = field(default_factory=dict)
+    initialized: dict[bytes, tuple[str, frozenset[int]]] = field(default_factory=dict)
+    deleting: dict[bytes, str] = field(default_factory=dict)
+
+    def record(self, group_id: str) -> CoordinatorRecord:
+        V = cr.ShareGroupStatePartitionMetadataValue
+
+        def info(items: Any) -> list[Any]:
+            return [V.TopicPartitionsInfo(topic_id=tid, topic_name=v[0], partitions=sorted(v[1]))
+                    for tid, v in sorted(items)]
+
+        return CoordinatorRecord(cr.ShareGroupStatePartitionMetadataKey(group_id=group_id), V(
+            initializing_topics=info(self.initializing.items()), initialized_topics=info(self.initialized.items()),
+            deleting_topics=[V.TopicInfo(topic_id=tid, topic_name=n) for tid, n in sorted(self.deleting.items())]), 0)
+
+    def copy(self) -> ShareStatePartitions:
+        return ShareStatePartitions(dict(self.initializing), dict(self.initialized), dict(self.deleting))
+
+
+def simple_assignment(members: dict[str, ShareGroupMember], topics: dict[str, tuple[bytes, int]],
+                      assignable: Partitions | None = None) -> dict[str, Partitions]:
+    """The share ``SimpleAssignor`` as described in the module docstring: member id -> topic id -> partitions.
+    ``assignable``: only these partitions are assigned (those with initialized share state), else all."""
     out: dict[str, dict[bytes, set[int]]] = {mid: {} for mid in members}
     for name, (tid, count) in sorted(topics.items()):
         subscribers = sorted(mid for mid, m in members.items() if name in m.subscribed_topic_names)
-        if not subscribers or count <= 0:
+        partitions = list(range(count)) if assignable is None else sorted(
+            p for p in assignable.get(tid, ()) if p < count)
+        if not subscribers or not partitions:
             continue
-        if len(subscribers) >= count:
+        if len(subscribers) >= len(partitions):
             for i, mid in enumerate(subscribers):
-                out[mid].setdefault(tid, set()).add(i % count)
+                out[mid].setdefault(tid, set()).add(partitions[i % len(partitions)])
         else:
-            for p in range(count):
-                out[subscribers[p % len(subscribers)]].setdefault(tid, set()).add(p)
+            for i, p in enumerate(partitions):
+                out[subscribers[i % len(subscribers)]].setdefault(tid, set()).add(p)
     return {mid: {tid: frozenset(ps) for tid, ps in parts.items()} for mid, parts in out.items()}
 
 
@@ -144,13 +185,21 @@ class ShareGroupOps:
     records; state changes only in :meth:`replay_share_group_record`."""
 
     share_groups: dict[str, ShareGroup]
+    #: assign only partitions with initialized share state (record 15), as Kafka does; set when the group
+    #: coordinator initializes share state (a broker), off for a coordinator without share coordinators
+    share_state_gated: bool = False
     #: called with (group id, member id) when a member leaves or is fenced (set by the broker)
     on_share_member_removed: Callable[[str, str], None] | None = None
-    #: called with the group id when a share group is deleted (the broker deletes its share state)
-    on_share_group_deleted: Callable[[str], None] | None = None
+    #: called with the group id and its initialized partitions when a share group is deleted (the broker deletes
+    #: their share state)
+    on_share_group_deleted: Callable[[str, Partitions], None] | None = None
 
     def _init_share_groups(self) -> None:
         self.share_groups = {}
+        #: group id -> its ``ShareGroupStatePartitionMetadata``
+        self.share_state_partitions: dict[str, ShareStatePartitions] = {}
+        #: the record 15 of a group whose tombstone was replayed before its ``ShareGroupMetadata`` tombstone
+        self._share_state_removed: dict[str, ShareStatePartitions] = {}
 
     def _share_topics(self, names: set[str]) -> dict[str, tuple[bytes, int]]:
         image = self.image_provider() if self.image_provider is not None else None  # type: ignore[attr-defined]
@@ -168,9 +217,21 @@ class ShareGroupOps:
         if not isinstance(key, SHARE_GROUP_KEYS):
             return False
         gid = key.group_id
+        if isinstance(key, cr.ShareGroupStatePartitionMetadataKey):
+            if value is None:
+                removed = self.share_state_partitions.pop(gid, None)
+                if removed is not None:
+                    self._share_state_removed[gid] = removed
+            else:
+                now = self.now_ms()  # type: ignore[attr-defined]
+                self.share_state_partitions[gid] = ShareStatePartitions(
+                    {t.topic_id: (t.topic_name, frozenset(t.partitions), now) for t in value.initializing_topics},
+                    {t.topic_id: (t.topic_name, frozenset(t.partitions)) for t in value.initialized_topics},
+                    {t.topic_id: t.topic_name for t in value.deleting_topics})
+            return True
         group = self.share_groups.get(gid)
         if group is None:
-            if value is None or isinstance(key, cr.ShareGroupStatePartitionMetadataKey):
+            if value is None:
                 return True
             group = self.share_groups[gid] = ShareGroup(gid)
             self.groups.pop(gid, None)  # type: ignore[attr-defined]  # an empty classic group gave way
@@ -179,8 +240,10 @@ class ShareGroupOps:
                 for mid in list(group.members):
                     self.timer.cancel(session_key(gid, mid))  # type: ignore[attr-defined]
                 del self.share_groups[gid]
+                removed = self._share_state_removed.pop(gid, None) or self.share_state_partitions.pop(gid, None)
                 if self.on_share_group_deleted is not None and self.loaded:  # type: ignore[attr-defined]
-                    self.on_share_group_deleted(gid)
+                    self.on_share_group_deleted(gid, {tid: ps for tid, (_, ps) in removed.initialized.items()}
+                                                if removed is not None else {})
             else:
                 group.group_epoch = value.epoch
         elif isinstance(key, cr.ShareGroupMemberMetadataKey):
@@ -301,6 +364,10 @@ class ShareGroupOps:
         topics = self._share_topics({t for m in members.values() for t in m.subscribed_topic_names})
         if topics != group.topics_seen:
             bump = True
+        assignable = None
+        if self.share_state_gated:  # only partitions with share state are assigned (Kafka)
+            assignable = self.share_group_initialized_partitions(gid)
+            bump = bump or self._initialized_assignment_pending(group, topics, assignable)
         group_epoch = group.group_epoch + 1 if bump else group.group_epoch
         if bump:
             records.append(CoordinatorRecord(cr.ShareGroupMetadataKey(group_id=gid),
@@ -308,7 +375,7 @@ class ShareGroupOps:
         target = group.target
         assignment_epoch = group.assignment_epoch
         if assignment_epoch < group_epoch:
-            target = simple_assignment(members, topics)
+            target = simple_assignment(members, topics, assignable)
             for mid, parts in sorted(target.items()):
                 if group.target.get(mid) != parts:
                     records.append(CoordinatorRecord(
@@ -321,7 +388,7 @@ class ShareGroupOps:
                 cr.ShareGroupTargetAssignmentMetadataKey(group_id=gid),
                 cr.ShareGroupTargetAssignmentMetadataValue(assignment_epoch=assignment_epoch,
                                                            assignment_timestamp=self.now_ms()), 0))  # type: ignore[attr-defined]
-        changed = epoch == 0
+        changed = epoch == 0 or r.subscribed_topic_names is not None  # Kafka: a full request gets the assignment
         new_assigned = target.get(member.member_id, {})
         if member.member_epoch != assignment_epoch or member.assigned != new_assigned or old is None:
             previous = member.member_epoch
@@ -339,6 +406,20 @@ class ShareGroupOps:
             member_id=member.member_id, member_epoch=member.member_epoch,
             heartbeat_interval_ms=config.share_group_heartbeat_interval_ms,
             assignment=_assignment(member.assigned) if changed else None))
+
+    @staticmethod
+    def _initialized_assignment_pending(group: ShareGroup, topics: dict[str, tuple[bytes, int]],
+                                        assignable: Partitions) -> bool:
+        """Whether partitions of the subscribed topics got share state since the target was computed (Kafka's
+        ``initializedAssignmentPending``): the group epoch is bumped so that they are assigned."""
+        if not group.members or not assignable:
+            return False
+        assigned: dict[bytes, set[int]] = {}
+        for parts in group.target.values():
+            for tid, ps in parts.items():
+                assigned.setdefault(tid, set()).update(ps)
+        return any(tid in assignable and assigned.get(tid, set()) != set(assignable[tid])
+                   for tid, _ in topics.values())
 
     def _remove_share_member_records(self, group: ShareGroup, member_id: str) -> list[CoordinatorRecord]:
         """Tombstones of the member's records (current assignment, target, metadata) and the next group epoch."""
@@ -430,6 +511,69 @@ class ShareGroupOps:
         return CoordinatorResult(records=[CoordinatorRecord(cr.ShareGroupMetadataKey(group_id=group_id),
                                                             cr.ShareGroupMetadataValue(epoch=0), 0)],
                                  response=(ErrorCode.NONE, None))
+
+    # ==================================================================================== share state (record 15)
+    def share_group_initialize_pending(self, group_id: str) -> CoordinatorResult[Partitions]:
+        """The partitions of the topics the group's members subscribe to whose share state is neither initialized
+        nor being initialized (for less than :data:`INITIALIZE_RETRY_INTERVAL_MS`): recorded as *initializing*, and
+        returned for the service to initialize (Kafka's ``subscribedTopicsChangeMap``)."""
+        group = self.share_groups.get(group_id)
+        if group is None or not group.members:
+            return CoordinatorResult(response={})
+        now = self.now_ms()  # type: ignore[attr-defined]
+        current = self.share_state_partitions.get(group_id) or ShareStatePartitions()
+        change: dict[bytes, tuple[str, frozenset[int], int]] = {}
+        for name, (tid, count) in self._share_topics(group.subscribed_topics()).items():
+            done = set(current.initialized.get(tid, ("", frozenset()))[1])
+            pending = current.initializing.get(tid)
+            if pending is not None and now - pending[2] < INITIALIZE_RETRY_INTERVAL_MS:
+                done |= pending[1]
+            missing = frozenset(range(count)) - done
+            if missing:
+                change[tid] = (name, missing, now)
+        if not change:
+            return CoordinatorResult(response={})
+        st = current.copy()
+        for tid, (name, ps, ts) in change.items():
+            old = st.initializing.get(tid)
+            st.initializing[tid] = (name, ps | (old[1] if old is not None else frozenset()), ts)
+            st.deleting.pop(tid, None)
+        return CoordinatorResult([st.record(group_id)], {tid: ps for tid, (_, ps, _) in change.items()})
+
+    def share_group_state_initialized(self, group_id: str, partitions: Partitions) -> CoordinatorResult[None]:
+        """``partitions`` have share state now (initialized by the share coordinators, or set by
+        AlterShareGroupOffsets): recorded as *initialized* (Kafka's ``initializeShareGroupState``)."""
+        if group_id not in self.share_groups or not partitions:
+            return CoordinatorResult()
+        image = self.image_provider() if self.image_provider is not None else None  # type: ignore[attr-defined]
+        st = (self.share_state_partitions.get(group_id) or ShareStatePartitions()).copy()
+        for tid, ps in partitions.items():
+            t = image.topics_by_id.get(tid) if image is not None else None
+            name = t.name if t is not None else st.initialized.get(tid, (st.deleting.get(tid, ""),))[0]
+            st.initialized[tid] = (name, frozenset(ps) | st.initialized.get(tid, ("", frozenset()))[1])
+            pending = st.initializing.pop(tid, None)
+            if pending is not None and pending[1] - frozenset(ps):
+                st.initializing[tid] = (pending[0], pending[1] - frozenset(ps), pending[2])
+            st.deleting.pop(tid, None)
+        return CoordinatorResult([st.record(group_id)])
+
+    def share_group_state_deleted(self, group_id: str, topic_ids: list[bytes]) -> CoordinatorResult[None]:
+        """DeleteShareGroupOffsets deleted the share state of these topics: they leave record 15."""
+        current = self.share_state_partitions.get(group_id)
+        if current is None or not any(t in current.initialized or t in current.initializing or t in current.deleting
+                                      for t in topic_ids):
+            return CoordinatorResult()
+        st = current.copy()
+        for tid in topic_ids:
+            st.initialized.pop(tid, None)
+            st.initializing.pop(tid, None)
+            st.deleting.pop(tid, None)
+        return CoordinatorResult([st.record(group_id)])
+
+    def share_group_initialized_partitions(self, group_id: str) -> Partitions:
+        """The group's partitions with initialized share state (record 15)."""
+        st = self.share_state_partitions.get(group_id)
+        return {tid: ps for tid, (_, ps) in st.initialized.items()} if st is not None else {}
 
     def share_group_tombstones(self, group_id: str) -> tuple[int, list[CoordinatorRecord]]:
         """DeleteGroups of a share group: (NONE and the group's tombstones) or (NON_EMPTY_GROUP, [])."""

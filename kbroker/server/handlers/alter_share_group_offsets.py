@@ -9,7 +9,9 @@ leader's share partition reads it again on the next ShareFetch. Errors: top leve
 (no READ on the group), INVALID_GROUP_ID, the coordinator errors; per partition UNKNOWN_TOPIC_OR_PARTITION,
 TOPIC_AUTHORIZATION_FAILED (no READ on the topic), INVALID_REQUEST (a negative offset), and the share
 coordinator's errors (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE). A state kept by another node (the
-leader of its ``__share_group_state`` partition) is reset there with InitializeShareGroupState.
+leader of its ``__share_group_state`` partition) is reset there with InitializeShareGroupState. The partitions set
+are recorded as initialized in the group's ``ShareGroupStatePartitionMetadata`` (DescribeShareGroupOffsets without
+topics lists them, from any node).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ async def handle(ctx, request: AlterShareGroupOffsetsRequest) -> AlterShareGroup
         broker.share_persister.ensure_topic()
     resp = Resp()
     now = int(time.time() * 1000)
+    initialized: dict[bytes, set[int]] = {}
     for rt in request.topics:
         t = image.topics_by_name.get(rt.topic_name)
         out = Resp.AlterShareGroupOffsetsResponseTopic(topic_name=rt.topic_name,
@@ -67,4 +70,8 @@ async def handle(ctx, request: AlterShareGroupOffsetsRequest) -> AlterShareGroup
                     pd.error_code, pd.error_message = exc.code, exc.message
                     continue
                 broker.share_partitions.forget(gid, t.topic_id, rp.partition_index)
+                initialized.setdefault(t.topic_id, set()).add(rp.partition_index)
+    if initialized:  # the group coordinator records them (ShareGroupStatePartitionMetadata)
+        broker.group_coordinator.share_group_state_initialized(
+            gid, {tid: frozenset(ps) for tid, ps in initialized.items()})
     return resp

@@ -3,7 +3,8 @@ the Admin client's ``deleteShareGroupOffsets``, ``kafka-share-groups.sh --delete
 
 Behavior: the group must be a share group without members (else NON_EMPTY_GROUP, or GROUP_ID_NOT_FOUND); the
 state of every partition of each topic is deleted from ``__share_group_state`` (a tombstone), so the next
-ShareFetch starts the partition again from ``share.auto.offset.reset``. Errors: top level
+ShareFetch starts the partition again from ``share.auto.offset.reset``, and the topic leaves the group's
+``ShareGroupStatePartitionMetadata``. Errors: top level
 GROUP_AUTHORIZATION_FAILED (no READ on the group), the coordinator errors; per topic
 UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED (no READ on the topic), and the share coordinator's
 errors.
@@ -36,6 +37,7 @@ async def handle(ctx, request: DeleteShareGroupOffsetsRequest) -> DeleteShareGro
     if broker.authorizer is not None:
         denied = set(names) - common.authorized_names(ctx, AclOperation.READ, ResourceType.TOPIC, names)
     resp = Resp()
+    deleted: list[bytes] = []
     for rt in request.topics:
         t = image.topics_by_name.get(rt.topic_name)
         out = Resp.DeleteShareGroupOffsetsResponseTopic(topic_name=rt.topic_name,
@@ -55,4 +57,7 @@ async def handle(ctx, request: DeleteShareGroupOffsetsRequest) -> DeleteShareGro
                 out.error_code, out.error_message = exc.code, exc.message
                 continue
         broker.share_partitions.forget(gid, t.topic_id)
+        deleted.append(t.topic_id)
+    if deleted:  # they leave the group's ShareGroupStatePartitionMetadata
+        broker.group_coordinator.share_group_state_deleted(gid, deleted)
     return resp

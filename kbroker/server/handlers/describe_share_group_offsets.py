@@ -5,12 +5,13 @@ Behavior: per group, per requested partition (``Topics`` null: every share parti
 state): ``StartOffset`` is the share-partition start offset from ``__share_group_state`` (-1 while the
 partition has no state yet), ``LeaderEpoch`` the one written with it, and (v1) ``Lag`` the records between the
 start offset and the high watermark not yet acknowledged or archived (the high watermark asked of the
-partition leader with ListOffsets when that is another node; -1 when unknown). Errors: group level
-GROUP_ID_NOT_FOUND (no share group of that id), GROUP_AUTHORIZATION_FAILED (no DESCRIBE on the group), the
-coordinator errors; partition level UNKNOWN_TOPIC_OR_PARTITION,
+partition leader with ListOffsets when that is another node; -1 when unknown or the start offset is -1). Errors: group level
+GROUP_AUTHORIZATION_FAILED (no DESCRIBE on the group), the coordinator errors (a group id that is no share group
+is answered as one without state, as Kafka does: -1 per named partition, no topics otherwise); partition level UNKNOWN_TOPIC_OR_PARTITION,
 TOPIC_AUTHORIZATION_FAILED (no DESCRIBE on the topic). A state kept by another node (the leader of its
 ``__share_group_state`` partition) is read from it with ReadShareGroupStateSummary; with ``Topics`` null the
-partitions are those with a state on this node and every partition of the topics the group's members subscribe to.
+partitions are those the group coordinator recorded as initialized (``ShareGroupStatePartitionMetadata``, as
+Kafka), and any with a state kept on this node.
 Version notes: v1 adds ``Lag``.
 """
 
@@ -31,7 +32,7 @@ Resp = DescribeShareGroupOffsetsResponse
 async def _lag(ctx, topic: str, partition: int, state) -> int:  # noqa: ANN001
     """High watermark - start offset - delivery-complete records; the high watermark from this node's replica when
     it leads the partition, else from the leader (ListOffsets). -1 when not known."""
-    if state is None:
+    if state is None or state.start_offset < 0:
         return -1
     broker = ctx.broker
     try:
@@ -61,25 +62,20 @@ async def handle(ctx, request: DescribeShareGroupOffsetsRequest) -> DescribeShar
         out = Resp.DescribeShareGroupOffsetsResponseGroup(group_id=g.group_id)
         resp.groups.append(out)
         code, message = common.share_offsets_refusal(ctx, g.group_id, AclOperation.DESCRIBE, need_empty=False)
-        if code:
+        if code and code != ErrorCode.GROUP_ID_NOT_FOUND:  # Kafka answers for any group id (no state: -1)
             out.error_code, out.error_message = code, message
             continue
-        optional: set[tuple[bytes, int]] = set()
         if g.topics is None:
             wanted: list[tuple[str, bytes | None, list[int]]] = []
-            by_topic: dict[bytes, list[int]] = {}
-            for tid, p, _ in sc.states_of_group(g.group_id):
-                by_topic.setdefault(tid, []).append(p)
-            # states kept by other nodes: the partitions of the topics the members subscribe to (listed only
-            # when they have a state)
-            for name in broker.group_coordinator.share_group_subscribed_topics(g.group_id):
-                t = image.topics_by_name.get(name)
-                if t is not None:
-                    known = set(by_topic.get(t.topic_id, []))
-                    extra = [p for p in t.partitions if p not in known]
-                    by_topic.setdefault(t.topic_id, []).extend(extra)
-                    optional.update((t.topic_id, p) for p in extra)
-            for tid, ps in by_topic.items():
+            try:  # the group coordinator's record of the partitions with share state (record 15)
+                by_topic = {tid: set(ps) for tid, ps in
+                            broker.group_coordinator.share_group_initialized_partitions(g.group_id).items()}
+            except KafkaError as exc:
+                out.error_code, out.error_message = exc.code, exc.message
+                continue
+            for tid, p, _ in sc.states_of_group(g.group_id):  # states kept here from before record 15 was written
+                by_topic.setdefault(tid, set()).add(p)
+            for tid, ps in sorted(by_topic.items()):
                 t = image.topics_by_id.get(tid)
                 if t is not None:
                     wanted.append((t.name, tid, sorted(ps)))
@@ -111,11 +107,10 @@ async def handle(ctx, request: DescribeShareGroupOffsetsRequest) -> DescribeShar
                 except KafkaError as exc:
                     pd.error_code = exc.code
                     continue
-                if state is None and (tid, p) in optional:
-                    topic.partitions.pop()
-                    continue
                 if state is not None:
                     pd.start_offset, pd.leader_epoch = state.start_offset, state.leader_epoch
+                else:
+                    pd.leader_epoch = 0  # Kafka's default leader epoch of a partition without state
                 if ctx.api_version >= 1:
                     pd.lag = await _lag(ctx, name, p, state)
         if g.topics is None:

@@ -130,6 +130,8 @@ class SharePartitionManager:
         self.max_sessions = max_sessions
         self.partitions: dict[tuple[str, bytes, int], SharePartition] = {}
         self.sessions: dict[tuple[str, str], ShareSession] = {}
+        if persister is not None and hasattr(persister, "on_fenced"):  # a reset state is read again
+            persister.on_fenced = lambda key: self.partitions.pop(key, None)
 
     @classmethod
     def for_broker(cls, broker: Any, persister: Any = None) -> SharePartitionManager:
@@ -178,8 +180,8 @@ class SharePartitionManager:
     def _persist(self, key: tuple[str, bytes, int], sp: SharePartition) -> None:
         if sp.dirty and sp.initialized:
             sp.dirty = False
+            start, batches = sp.snapshot()  # also without a persister: a snapshot is where the start offset moves
             if self.persister is not None:
-                start, batches = sp.snapshot()
                 self.persister.save(key[0], key[1], key[2], start, batches, sp.leader_epoch)
 
     def forget(self, group_id: str, topic_id: bytes, partition: int | None = None) -> None:
@@ -218,9 +220,13 @@ class SharePartitionManager:
             # new here, or this node became leader again: the persisted state is the truth
             sp = SharePartition(settings)
             sp.leader_epoch = getattr(part, "leader_epoch", 0)
-            state = self.persister.load(group_id, topic_id, partition) if self.persister is not None else None
+            loaded = self.persister.load(group_id, topic_id, partition) if self.persister is not None else None
+            # a start offset of -1: initialized by the group coordinator without one, share.auto.offset.reset
+            state = loaded if loaded is not None and loaded[0] >= 0 else None
             if state is not None:
                 sp.load(*state)
+            if loaded is not None:  # the state records this leader's epoch (Kafka's read with a leader epoch)
+                self.persister.save(group_id, topic_id, partition, -1, [], sp.leader_epoch)
             log.info("share partition %s-%d of group %s starts at leader epoch %d from %s", topic, partition,
                      group_id, sp.leader_epoch, f"its state (start offset {sp.start_offset})" if state is not None
                      else "share.auto.offset.reset")
@@ -228,9 +234,10 @@ class SharePartitionManager:
         else:
             sp.settings = settings
         if not sp.initialized:
+            # not written yet (as Kafka): the first acknowledgement, release or expired lock writes it, until then
+            # the persisted start offset stays -1 (DescribeShareGroupOffsets shows none)
             sp.initialize(part.log_start_offset,
                           part.last_stable_offset if settings.read_committed else part.high_watermark)
-            sp.dirty = True  # the start offset is persisted at once: a restart continues from it
         sp.on_log_start(part.log_start_offset)
         self._persist(key, sp)
         return sp, part

@@ -63,6 +63,11 @@ class SharePersister:
         self._pending: dict[Key, tuple[int, Batches, int]] = {}
         self._writers: dict[Key, asyncio.Task[None]] = {}
         self._warned: set[int] = set()
+        #: the state epoch of each state as last read (writes carry it: a state reset since then fences them)
+        self._state_epochs: dict[Key, int] = {}
+        #: ``on_fenced(key)``: a write was fenced (FENCED_STATE_EPOCH: the state was reset, AlterShareGroupOffsets),
+        #: so the share partition must read its state again (set by the share partition manager)
+        self.on_fenced: Any = None
 
     # ---- where the state lives
     def _state_leader(self, key: Key) -> int:
@@ -123,7 +128,9 @@ class SharePersister:
         except KafkaError as exc:  # led here by the image, not loaded yet: wait for it
             raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, exc.message) from None
         if value is None:
+            self._state_epochs.pop(key, None)
             return None
+        self._state_epochs[key] = value.state_epoch
         return value.start_offset, [(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
                                     for b in value.state_batches]
 
@@ -142,6 +149,7 @@ class SharePersister:
             if pr.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                 self._read_results[key] = None
             elif pr.error_code == ErrorCode.NONE:
+                self._state_epochs[key] = pr.state_epoch
                 self._read_results[key] = (pr.start_offset, [
                     (b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in pr.state_batches])
             else:
@@ -161,7 +169,7 @@ class SharePersister:
             code = self._write_local(key, start_offset, batches, leader_epoch)
             if code not in _RETRIABLE:
                 if code:
-                    self._warn(self.coordinator.partition_for(*key), code)
+                    self._failed(key, code)
                 return
         self._pending[key] = (start_offset, batches, leader_epoch)  # after the writes before it, newest only
         if key not in self._writers:
@@ -169,7 +177,8 @@ class SharePersister:
 
     def _write_local(self, key: Key, start_offset: int, batches: Batches, leader_epoch: int) -> int:
         try:
-            return self.coordinator.write_update(*key, 0, leader_epoch, start_offset, batches)
+            return self.coordinator.write_update(*key, self._state_epochs.get(key, 0), leader_epoch, start_offset,
+                                                 batches)
         except KafkaError as exc:
             return exc.code
 
@@ -183,7 +192,8 @@ class SharePersister:
         try:
             resp = await ch.request(ApiKey.WRITE_SHARE_GROUP_STATE, 0, Req(group_id=group_id, topics=[
                 Req.WriteStateData(topic_id=topic_id, partitions=[Req.PartitionData(
-                    partition=partition, state_epoch=0, leader_epoch=leader_epoch, start_offset=start,
+                    partition=partition, state_epoch=self._state_epochs.get(key, 0), leader_epoch=leader_epoch,
+                    start_offset=start,
                     state_batches=[Req.StateBatch(first_offset=f, last_offset=la, delivery_state=st,
                                                   delivery_count=c) for f, la, st, c in batches])])]),
                 REQUEST_TIMEOUT_S)
@@ -207,9 +217,17 @@ class SharePersister:
                     self._pending.setdefault(key, (start, batches, leader_epoch))  # unless a newer one waits
                     await asyncio.sleep(RETRY_S)
                 elif code:
-                    self._warn(self.coordinator.partition_for(*key), code)
+                    self._failed(key, code)
         finally:
             self._writers.pop(key, None)
+
+    def _failed(self, key: Key, code: int) -> None:
+        if code == ErrorCode.FENCED_STATE_EPOCH and self.on_fenced is not None:
+            log.info("share state %s was reset: the share partition reads it again", key)
+            self._pending.pop(key, None)
+            self.on_fenced(key)
+        else:
+            self._warn(self.coordinator.partition_for(*key), code)
 
     # ---- delete
     def delete_group(self, group_id: str) -> None:
@@ -246,7 +264,7 @@ class SharePersister:
                                                                                    timestamp=-1)])]))
         pr = resp.topics[0].partitions[0]
         if pr.error_code:
-            raise KafkaError(pr.error_code, f"ListOffsets {topic}-{partition} on node {leader}")
+            raise KafkaError(ErrorCode(pr.error_code), f"ListOffsets {topic}-{partition} on node {leader}")
         return pr.offset
 
     async def summary(self, group_id: str, topic_id: bytes, partition: int) -> StateSummary | None:
@@ -269,7 +287,7 @@ class SharePersister:
         if pr.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
             return None
         if pr.error_code:
-            raise KafkaError(pr.error_code, pr.error_message)
+            raise KafkaError(ErrorCode(pr.error_code), pr.error_message)
         return StateSummary(pr.start_offset, pr.leader_epoch, pr.state_epoch, pr.delivery_complete_count)
 
     async def reset(self, group_id: str, topic_id: bytes, partition: int, start_offset: int, leader_epoch: int,
@@ -280,19 +298,58 @@ class SharePersister:
         from kbroker.protocol.messages import InitializeShareGroupStateRequest as Req
 
         key = (group_id, topic_id, partition)
+        current = await self.summary(*key)
+        epoch = current.state_epoch + 1 if current is not None else 0  # fences the writes of the old state
         node = self._remote(key)
         if node is None:
             self.coordinator.write_state(*key, cr.ShareSnapshotValue(
-                leader_epoch=leader_epoch, start_offset=start_offset, write_timestamp=now_ms))
+                state_epoch=epoch, leader_epoch=leader_epoch, start_offset=start_offset, write_timestamp=now_ms))
             return
-        current = await self.summary(*key)
-        epoch = current.state_epoch + 1 if current is not None else 0
         resp = await self._ask(node, ApiKey.INITIALIZE_SHARE_GROUP_STATE, 0, Req(group_id=group_id, topics=[
             Req.InitializeStateData(topic_id=topic_id, partitions=[Req.PartitionData(
                 partition=partition, state_epoch=epoch, start_offset=start_offset)])]))
         pr = resp.results[0].partitions[0]
         if pr.error_code:
-            raise KafkaError(pr.error_code, pr.error_message)
+            raise KafkaError(ErrorCode(pr.error_code), pr.error_message)
+
+    async def initialize(self, group_id: str, topic_id: bytes, partition: int, timeout_s: float = 10.0) -> bool:
+        """The group coordinator's InitializeShareGroupState for a partition its share group subscribes to: a state
+        at start offset -1 (the partition leader applies ``share.auto.offset.reset`` on first use), state epoch 0,
+        here or on the node keeping it, unless a state exists already. Creates ``__share_group_state`` when
+        missing and retries the coordinator errors until ``timeout_s``; True once the partition has a state."""
+        from kbroker.protocol.messages import InitializeShareGroupStateRequest as Req
+
+        key = (group_id, topic_id, partition)
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            try:
+                if not self.coordinator.topic_exists():
+                    self.ensure_topic()
+                    raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                if await self.summary(*key) is not None:
+                    return True
+                node = self._remote(key)
+                if node is None:
+                    code = self.coordinator.initialize_state(*key, 0, -1)
+                    if not code:
+                        code = await self.coordinator.replicated(*key)
+                else:
+                    resp = await self._ask(node, ApiKey.INITIALIZE_SHARE_GROUP_STATE, 0, Req(
+                        group_id=group_id, topics=[Req.InitializeStateData(topic_id=topic_id, partitions=[
+                            Req.PartitionData(partition=partition, state_epoch=0, start_offset=-1)])]))
+                    code = resp.results[0].partitions[0].error_code
+                if not code:
+                    return True
+                if code not in _RETRIABLE:
+                    log.info("initializing share state %s: %s", key, ErrorCode(code).name)
+                    return False
+            except KafkaError as exc:
+                if exc.code not in _RETRIABLE:
+                    log.info("initializing share state %s: %s", key, ErrorCode(exc.code).name)
+                    return False
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(RETRY_S)
 
     async def delete(self, group_id: str, topic_id: bytes, partition: int) -> None:
         """DeleteShareGroupOffsets: remove one share partition's state, here or with DeleteShareGroupState on the
@@ -308,7 +365,7 @@ class SharePersister:
             Req.DeleteStateData(topic_id=topic_id, partitions=[Req.PartitionData(partition=partition)])]))
         pr = resp.results[0].partitions[0]
         if pr.error_code and pr.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-            raise KafkaError(pr.error_code, pr.error_message)
+            raise KafkaError(ErrorCode(pr.error_code), pr.error_message)
 
     async def close(self) -> None:
         for task in list(self._reads.values()) + list(self._writers.values()):

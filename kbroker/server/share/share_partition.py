@@ -21,6 +21,12 @@ has a state::
 * a lock that expires releases the record (lazily, on the next operation); a released record whose delivery
   count reached ``group.share.delivery.count.limit`` is Archived instead.
 * the SPSO moves past every leading Acknowledged or Archived offset; offsets below it are forgotten.
+* :meth:`SharePartition.snapshot` (what WriteShareGroupState persists) carries the SPSO as the previous snapshot
+  left it, with the offsets ended since then, as Kafka's ``SharePartition`` writes: a write carries the start
+  offset the partition has, and the start offset moves only once that write completed. So the persisted start
+  offset (what DescribeShareGroupOffsets shows) lags one write behind: a member that accepts offsets 0-3 and
+  releases 4 in one request persists start 0 with 0-3 Acknowledged (lag 1), and the next write (a release, an
+  expired lock, another acknowledgement) carries start 4.
 * the first operation initializes the SPSO from ``share.auto.offset.reset``: ``latest`` (Kafka's default) is
   the high watermark (read_committed: the last stable offset), ``earliest`` the log start offset.
 """
@@ -92,6 +98,10 @@ class SharePartition:
         self.dirty = False
         #: the leader epoch of the partition when this state was loaded (written with the state: fencing)
         self.leader_epoch = 0
+        #: the SPSO when the last operation began (the one :meth:`snapshot` carries)
+        self._persist_start: int | None = None
+        #: Acknowledged/Archived offsets at or above ``_persist_start`` that the last operation moved the SPSO past
+        self._retired: dict[int, _InFlight] = {}
 
     # ---- life cycle
     @property
@@ -102,7 +112,7 @@ class SharePartition:
         """Set the SPSO (once) from ``share.auto.offset.reset``."""
         if self.start_offset is None:
             start = log_start_offset if self.settings.auto_offset_reset == "earliest" else latest_offset
-            self.start_offset = self.next_offset = start
+            self.start_offset = self.next_offset = self._persist_start = start
 
     def load(self, start_offset: int, batches: Iterable[tuple[int, int, int, int]]) -> None:
         """Restore a persisted state: the SPSO and ``(first, last, state, delivery count)`` batches (Acquired
@@ -118,27 +128,37 @@ class SharePartition:
                 self._records[off] = _InFlight(st, count)
             self.next_offset = max(self.next_offset, last + 1)
         self._advance()
+        self._persist_start = self.start_offset
+        self._retired.clear()
 
     def snapshot(self) -> tuple[int, list[tuple[int, int, int, int]]]:
-        """``(SPSO, [(first, last, state, delivery count)])`` to persist (Acquired written as Available)."""
+        """``(SPSO, [(first, last, state, delivery count)])`` to write (Acquired written as Available): the SPSO as
+        the previous snapshot left it and the states from it on (module docstring). The SPSO moved since then is
+        the one the next snapshot carries."""
         assert self.start_offset is not None
+        start = self.start_offset if self._persist_start is None else min(self._persist_start, self.start_offset)
+        records = {o: r for o, r in self._retired.items() if o >= start}
+        records.update(self._records)
+        self._persist_start = self.start_offset
+        self._retired.clear()
         out: list[list[int]] = []
-        for off in sorted(self._records):
-            r = self._records[off]
+        for off in sorted(records):
+            r = records[off]
             st = int(RecordState.AVAILABLE if r.state is RecordState.ACQUIRED else r.state)
             if out and out[-1][1] == off - 1 and out[-1][2] == st and out[-1][3] == r.delivery_count:
                 out[-1][1] = off
             else:
                 out.append([off, off, st, r.delivery_count])
-        return self.start_offset, [tuple(b) for b in out]  # type: ignore[misc]
+        return start, [tuple(b) for b in out]  # type: ignore[misc]
 
     def on_log_start(self, log_start_offset: int) -> None:
         """Records below the log start offset are gone (retention, DeleteRecords): forget them."""
         if self.start_offset is not None and log_start_offset > self.start_offset:
             for off in range(self.start_offset, min(log_start_offset, self.next_offset)):
                 self._records.pop(off, None)
-            self.start_offset = log_start_offset
+            self.start_offset = self._persist_start = log_start_offset
             self.next_offset = max(self.next_offset, log_start_offset)
+            self._retired.clear()
             self.dirty = True
 
     # ---- queries
@@ -274,6 +294,8 @@ class SharePartition:
             if r is not None and r.state not in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED):
                 break
             self._records.pop(off, None)
+            if r is not None and self._persist_start is not None and off >= self._persist_start:
+                self._retired[off] = r
             off += 1
         self.start_offset = off
 
