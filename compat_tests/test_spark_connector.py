@@ -13,7 +13,9 @@ JSON), startingTimestamp/startingOffsetsByTimestamp/endingOffsetsByTimestamp, in
 maxOffsetsPerTrigger, minPartitions, kafka.isolation.level=read_committed (over non-transactional data and over
 committed, aborted and open transactions), failOnDataLoss after
 retention, writes with topic/partition/headers columns, trigger(availableNow=True), processingTime
-micro-batches and the continuous trigger.
+micro-batches and the continuous trigger; kafka.security.protocol=SASL_SSL with SCRAM-SHA-512, and the Admin-based
+offset fetching of Spark 4 next to the deprecated consumer-based one. On a 3-node cluster through a leader
+kill: test_spark_cluster.py.
 """
 
 from __future__ import annotations
@@ -539,3 +541,97 @@ def _wait_rows(spark, table: str, n: int, q, timeout: float = 120) -> None:
             return
         time.sleep(0.5)
     raise AssertionError(f"{table}: fewer than {n} rows after {timeout}s ({spark.table(table).count()})")
+
+
+# ============================================================================================ security, offset fetching
+
+
+@pytest.mark.kafka_reference  # ~25 s with the Kafka start-up
+def test_sasl_ssl_scram_sha_512_read_and_write(spark, kbroker_factory, tmp_path):
+    """``kafka.security.protocol=SASL_SSL`` with ``kafka.sasl.mechanism=SCRAM-SHA-512``: a broker with a SASL_SSL
+    listener (TLS certificate from a test CA, SCRAM credentials created with AlterUserScramCredentials on its
+    PLAINTEXT listener); Spark writes rows through the SASL_SSL listener and reads them back, batch and
+    streaming, with the CA as a PEM truststore; a wrong password fails the read."""
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+    from pyspark.sql import types as T
+
+    from kbroker.testing.certs import CertificateAuthority
+    from kbroker.testing.plugin import free_port
+
+    ca = CertificateAuthority(tmp_path / "ca")
+    broker = kbroker_factory(start=False)
+    port = free_port()
+    listeners = f"PLAINTEXT://127.0.0.1:{broker.port},SASL://127.0.0.1:{port}"
+    broker.overrides.update({
+        "listeners": listeners, "advertised.listeners": listeners,
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL:SASL_SSL",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "listener.name.sasl.scram-sha-512.sasl.jaas.config":
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+        **ca.issue("broker").pem_properties()})
+    broker.start()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for f in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+            "spark", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"spark-secret")]).values():
+        f.result(20)
+    topic = unique("spark-sasl")
+    create_topic(broker.bootstrap, topic, 2, KEEP)
+
+    def secured(password: str) -> dict[str, str]:
+        return {"kafka.bootstrap.servers": f"127.0.0.1:{port}", "kafka.security.protocol": "SASL_SSL",
+                "kafka.sasl.mechanism": "SCRAM-SHA-512",
+                "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                                          f'username="spark" password="{password}";',
+                "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": str(ca.pem_path)}
+
+    schema = T.StructType([T.StructField("key", T.StringType()), T.StructField("value", T.StringType())])
+    rows = [(f"k{i}", f"sasl-ssl-{i}") for i in range(200)]
+    spark.createDataFrame(rows, schema).write.format("kafka").options(**secured("spark-secret")) \
+        .option("topic", topic).save()
+
+    df = spark.read.format("kafka").options(**secured("spark-secret")).option("subscribe", topic).load()
+    got = df.selectExpr("CAST(key AS STRING) k", "CAST(value AS STRING) v").collect()
+    assert sorted((r["k"], r["v"]) for r in got) == sorted(rows)
+
+    stream = spark.readStream.format("kafka").options(**secured("spark-secret")).option("subscribe", topic) \
+        .option("startingOffsets", "earliest").load()
+    name = unique("sasl").replace("-", "_")
+    q = stream.writeStream.format("memory").queryName(name).trigger(availableNow=True) \
+        .option("checkpointLocation", str(tmp_path / "ck")).start()
+    q.awaitTermination(240)
+    assert q.exception() is None
+    assert spark.table(name).count() == len(rows)
+
+    with pytest.raises(Exception, match="(?i)authentication"):
+        spark.read.format("kafka").options(**secured("wrong")).option("subscribe", topic).load().count()
+
+
+def test_admin_based_offset_fetching_is_the_default(spark, calls, bootstrap_servers):
+    """Spark 4 plans batches with the Admin client (``KafkaOffsetReaderAdmin``: ListOffsets, no consumer group)
+    unless ``spark.sql.streaming.kafka.useDeprecatedOffsetFetching=true`` (a KafkaConsumer on the driver); every
+    other test here runs with the default. Both return the same exact ranges, including per-partition JSON
+    offsets and a timestamp."""
+    topic = unique("spark-fetch")
+    create_topic(bootstrap_servers, topic, 3, KEEP)
+    by_pos = produce(calls, bootstrap_servers, topic, 45)
+    key = "spark.sql.streaming.kafka.useDeprecatedOffsetFetching"
+    assert spark.conf.get(key) == "false"
+
+    def ranges() -> list:
+        return [positions(kafka_reader(spark, bootstrap_servers, subscribe=topic).load()),
+                positions(kafka_reader(spark, bootstrap_servers, subscribe=topic,
+                                       startingOffsets={topic: {"0": 3, "1": -2, "2": 10}},
+                                       endingOffsets={topic: {"0": -1, "1": 4, "2": 12}}).load()),
+                positions(kafka_reader(spark, bootstrap_servers, subscribe=topic,
+                                       startingTimestamp=str(BASE_TS + 30)).load())]
+
+    admin_based = ranges()
+    assert admin_based[0] == sorted((topic, p, o) for p, o in by_pos)
+    assert admin_based[1] == [(topic, 0, o) for o in range(3, 15)] + [(topic, 1, o) for o in range(4)] + \
+        [(topic, 2, 10), (topic, 2, 11)]
+    assert admin_based[2] == sorted((topic, p, o) for p, o in by_pos if by_pos[(p, o)] >= 30)
+    spark.conf.set(key, "true")
+    try:
+        assert ranges() == admin_based
+    finally:
+        spark.conf.unset(key)

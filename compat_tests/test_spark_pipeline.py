@@ -130,6 +130,21 @@ def test_await_queries_timeout_with_several_running_queries():
     assert len(queries[0].waits) == 1 and all(w > 0 for q in queries for w in q.waits)
 
 
+def test_closing_event_closes_every_window():
+    """generator.closing_event: with it read, the watermark (max event time - delay) has passed the end of every
+    window of the events before it, and its own window is after all of theirs."""
+    import generator
+
+    for delay in (DELAY_MS, 120_000):
+        events = generator.make_events(500, step_ms=333, jitter_ms=2000, seed=9)
+        last = max(e["ts"] for e in events)
+        closing = generator.closing_event(last, watermark_delay_ms=delay)
+        watermark = closing["ts"] - delay
+        assert all(start + WINDOW_MS <= watermark for start, _ in generator.expected_counts(events))
+        assert generator.window_start(closing["ts"]) > generator.window_start(last)
+        assert closing["page"] in generator.PAGES and closing["event_id"] not in {e["event_id"] for e in events}
+
+
 # ----------------------------------------------------------------------------------------- transformations
 
 

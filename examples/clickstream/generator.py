@@ -53,14 +53,32 @@ def expected_counts(events: Iterable[dict[str, Any]], window_ms: int = WINDOW_MS
     return Counter((window_start(e["ts"], window_ms), e["page"]) for e in events)
 
 
-def ensure_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0) -> None:
-    """Create ``topic`` with ``partitions`` partitions unless it exists."""
+def closing_event(last_ts: int, *, watermark_delay_ms: int = 30_000, window_ms: int = WINDOW_MS,
+                  seed: int = 7) -> dict[str, Any]:
+    """One page view far enough after ``last_ts`` that the streaming job's watermark (largest event time
+    minus ``watermark_delay_ms``) passes the end of the window holding ``last_ts``: once the stream has read
+    it, every window up to ``last_ts`` is emitted. Its own window stays open. ``event_id`` ``e-<seed>-close``."""
+    ts = window_start(last_ts, window_ms) + 2 * window_ms + watermark_delay_ms
+    return {"event_id": f"e-{seed}-close", "user": "u000", "page": "/", "ts": ts, "referrer": "/"}
+
+
+def ensure_topic(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0, *,
+                 replication_factor: int = 1, config: dict[str, str] | None = None,
+                 replica_assignment: list[list[int]] | None = None) -> None:
+    """Create ``topic`` with ``partitions`` partitions, ``replication_factor`` replicas and topic ``config``
+    (e.g. ``{"min.insync.replicas": "2"}``) unless it exists. ``replica_assignment`` (the broker ids of
+    each partition's replicas, the preferred leader first) replaces partitions and replication factor."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     if topic in admin.list_topics(timeout=timeout).topics:
         return
-    fut = admin.create_topics([NewTopic(topic, partitions, 1)], request_timeout=timeout)[topic]
+    if replica_assignment:
+        new = NewTopic(topic, num_partitions=len(replica_assignment), replica_assignment=replica_assignment,
+                       config=dict(config or {}))
+    else:
+        new = NewTopic(topic, partitions, replication_factor, config=dict(config or {}))
+    fut = admin.create_topics([new], request_timeout=timeout)[topic]
     try:
         fut.result(timeout)
     except Exception as exc:  # noqa: BLE001 - created meanwhile is fine
@@ -115,6 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bootstrap", default="localhost:9092")
     ap.add_argument("--topic", default=TOPIC)
     ap.add_argument("--partitions", type=int, default=3, help="partitions if the topic is created (default 3)")
+    ap.add_argument("--replication-factor", type=int, default=1, help="replicas if the topic is created (default 1)")
+    ap.add_argument("--topic-config", action="append", default=[], metavar="KEY=VALUE",
+                    help="config of the topic if created, e.g. min.insync.replicas=2")
+    ap.add_argument("--close-windows", action="store_true",
+                    help="end with closing_event(): the streaming job then emits every window of these events")
+    ap.add_argument("--watermark-delay-ms", type=int, default=30_000,
+                    help="the streaming job's --watermark, for --close-windows (default 30000, its default)")
     ap.add_argument("--count", type=int, default=1000)
     ap.add_argument("--start-index", type=int, default=0)
     ap.add_argument("--seed", type=int, default=7)
@@ -127,13 +152,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compression", default="lz4")
     args = ap.parse_args(argv)
 
-    ensure_topic(args.bootstrap, args.topic, args.partitions)
+    ensure_topic(args.bootstrap, args.topic, args.partitions, replication_factor=args.replication_factor,
+                 config=dict(kv.split("=", 1) for kv in args.topic_config))
     live = args.rate > 0 and args.start_ms is None
     start_ms = args.start_ms if args.start_ms is not None else int(time.time() * 1000)
     events = make_events(args.count, start_index=args.start_index, seed=args.seed, start_ms=start_ms,
                          step_ms=args.step_ms, users=args.users, jitter_ms=args.jitter_ms)
     acks = publish(args.bootstrap, events, topic=args.topic, rate=args.rate, compression=args.compression,
                    live=live)
+    if args.close_windows:
+        last = int(time.time() * 1000) if live else max(e["ts"] for e in events)
+        acks += publish(args.bootstrap, [closing_event(last, watermark_delay_ms=args.watermark_delay_ms,
+                                                       seed=args.seed)],
+                        topic=args.topic, compression=args.compression)
     ends: dict[int, int] = {}
     for p, o in acks:
         ends[p] = max(ends.get(p, -1), o + 1)
