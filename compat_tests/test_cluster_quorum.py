@@ -271,7 +271,9 @@ def test_an_isolated_leader_commits_nothing_and_rejoins(tmp_path):
     no reset), while its clients still reach it. The majority elects a new leader in a later epoch and commits;
     the old leader commits nothing (CreateTopics sent to it fails: it cannot reach a majority, and check-quorum
     makes it resign). After the links heal it follows the new leader: the majority's topic is there, the
-    minority's is not, and pre-vote keeps it from disrupting the new leader's epoch."""
+    minority's is not, and pre-vote keeps it from disrupting the new leader's epoch. The quorum is read as
+    kafka-metadata-quorum --bootstrap-controller reads it: DescribeQuorum on the controller listeners, answered
+    by the leader (a broker listener forwards it to the controller it knows, the cut-off one for a while)."""
     c = KbrokerCluster(tmp_path, nodes=3, link_proxies=True)
     try:
         c.start()
@@ -279,14 +281,12 @@ def test_an_isolated_leader_commits_nothing_and_rejoins(tmp_path):
         a, b = (i for i in c.nodes if i != old)
         majority = f"{c.nodes[a].bootstrap},{c.nodes[b].bootstrap}"
         create(majority, "before-split", 1)
-        old_epoch = _leader_epoch(c, a)
+        old_epoch = wait_until(lambda: _quorum(c, c.nodes), 30, "the quorum's leader")["epoch"]
 
         c.isolate(old)
-        # (Kafka's brokers forward DescribeQuorum to the controller they know: until they find the new one, the
-        # request goes unanswered)
-        new = wait_until(lambda: (lambda s: s if s in (a, b) and s == _leader_or_none(c, b) else None)(
-            _leader_or_none(c, a)), 60, "a new leader on the majority side")
-        new_epoch = wait_until(lambda: _leader_epoch(c, a), 30, "the new epoch")
+        q = wait_until(lambda: (lambda q: q if q and q["leader"] in (a, b) else None)(_quorum(c, (a, b))), 60,
+                       "a new leader on the majority side")
+        new, new_epoch = q["leader"], q["epoch"]
         assert new_epoch > old_epoch
         # sent to the old leader itself on the wire (an AdminClient would send it to the controller named in
         # Metadata, which Kafka's nodes pick among every live broker, the majority's included)
@@ -304,33 +304,34 @@ def test_an_isolated_leader_commits_nothing_and_rejoins(tmp_path):
             wait_until(lambda i=i: "majority-topic" in topics_on(c.nodes[i]), 60, f"node {i} applying the commit")
             topics = topics_on(c.nodes[i])
             assert "minority-topic" not in topics and "before-split" in topics, (i, topics)
-        wait_until(lambda: _leader_or_none(c, old) == new, 30, f"node {old} following {new}")
-        assert _leader_epoch(c, a) == new_epoch  # the returning node did not force an election
+        # the old leader follows the new one: it fetches up to the high watermark, and no election was forced
+        q = wait_until(lambda: (lambda q: q if q and q["leos"].get(old, -1) >= q["hw"] else None)(_quorum(c, c.nodes)),
+                       30, f"node {old} following {new}")
+        assert (q["leader"], q["epoch"]) == (new, new_epoch)
     finally:
         c.stop()
 
 
-def _leader_or_none(c, node_id: int) -> int | None:
-    """The quorum leader as node ``node_id`` answers DescribeQuorum; None when it does not answer (yet)."""
-    from kbroker.testing.cluster import quorum_leader
-
-    try:
-        return quorum_leader(c.host, c.nodes[node_id].port)
-    except (OSError, ValueError):
-        return None
-
-
-def _leader_epoch(c, node_id: int) -> int | None:
-    """The leader epoch in node ``node_id``'s DescribeQuorum answer; None when it does not answer."""
+def _quorum(c, node_ids) -> dict | None:
+    """The quorum as its leader answers DescribeQuorum on its controller listener (the first of ``node_ids`` that
+    answers without error): leader id, epoch, high watermark and each voter's log end offset; None when none of
+    them answers as leader."""
     from kbroker.protocol.api_keys import ApiKey
     from kbroker.protocol.messages import DescribeQuorumRequest, DescribeQuorumResponse
     from kbroker.testing.cluster import ask
 
     req = DescribeQuorumRequest(topics=[DescribeQuorumRequest.TopicData(
         topic_name="__cluster_metadata", partitions=[DescribeQuorumRequest.PartitionData(partition_index=0)])])
-    try:
-        resp = ask(c.host, c.nodes[node_id].port, ApiKey.DESCRIBE_QUORUM, 0, req, DescribeQuorumResponse,
-                   timeout=10)
-    except OSError:
-        return None
-    return resp.topics[0].partitions[0].leader_epoch
+    for i in node_ids:
+        try:
+            resp = ask(c.host, c.controller_ports[i], ApiKey.DESCRIBE_QUORUM, 0, req, DescribeQuorumResponse,
+                       timeout=5)
+        except OSError:
+            continue
+        if resp.error_code or not resp.topics or not resp.topics[0].partitions:
+            continue
+        part = resp.topics[0].partitions[0]
+        if part.error_code == 0 and part.leader_id == i:
+            return {"leader": part.leader_id, "epoch": part.leader_epoch, "hw": part.high_watermark,
+                    "leos": {v.replica_id: v.log_end_offset for v in part.current_voters}}
+    return None

@@ -512,7 +512,9 @@ def _client_quotas(v: int, n: Names, seq: str) -> list[Step]:
         A.EntryData(entity=[A.EntityData(entity_type="user", entity_name=n.prefix + "-alice")], ops=[
             A.OpData(key="consumer_byte_rate", value=1024.0, remove=False)])])),
         S(K.DESCRIBE_CLIENT_QUOTAS, v if seq.startswith("DescribeClientQuotas") else 1, D(components=[
-            D.ComponentData(entity_type="user", match_type=0, match=n.prefix + "-alice")], strict=False))]
+            D.ComponentData(entity_type="user", match_type=0, match=n.prefix + "-alice")], strict=False),
+          # Kafka's broker answers from its metadata image, which has the new quota a moment after AlterClientQuotas
+          until=lambda msg: bool(msg.entries))]
 
 
 def _describe_quorum(v: int, n: Names, seq: str) -> list[Step]:
@@ -621,7 +623,22 @@ BUILDERS: dict[int, Callable[[int, Names, str], list[Step]]] = {
 }
 
 
+#: the share coordinator's own APIs (KIP-932): answered once the coordinator has loaded its partition of
+#: __share_group_state, which a broker creates on the first share group's use (COORDINATOR_LOAD_IN_PROGRESS or
+#: NOT_COORDINATOR until then, for a moment that depends on what ran before)
+_SHARE_STATE_KEYS = frozenset({K.INITIALIZE_SHARE_GROUP_STATE, K.READ_SHARE_GROUP_STATE, K.WRITE_SHARE_GROUP_STATE,
+                               K.DELETE_SHARE_GROUP_STATE, K.READ_SHARE_GROUP_STATE_SUMMARY})
+
+
+def _coordinator_settled(msg: Any) -> bool:
+    """No partition of the answer is COORDINATOR_LOAD_IN_PROGRESS (14) or NOT_COORDINATOR (16)."""
+    return not any(p.error_code in (14, 16) for r in getattr(msg, "results", None) or ()
+                   for p in getattr(r, "partitions", None) or ())
+
+
 def _generic(key: int) -> Callable[[int, Names, str], list[Step]]:
+    if key in _SHARE_STATE_KEYS:
+        return lambda v, n, seq: [S(key, v, req(key, v, n, seq), until=_coordinator_settled, tries=200)]
     return lambda v, n, seq: [S(key, v, req(key, v, n, seq))]
 
 
