@@ -8,78 +8,36 @@ output topic from the start with ``isolation.level=read_committed``. Every wait 
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
-import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from compat_tests.clients import REPO_ROOT
+from compat_tests.event_process import EventProcess
 
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-class StreamsApp:
+class StreamsApp(EventProcess):
     """One Kafka Streams instance: ``StreamsDriver <app> --bootstrap ... --application-id ... --state-dir ...``.
     ``options`` become ``--key value`` arguments (a list value repeats the option, e.g. ``prop=[...]``)."""
 
     def __init__(self, driver: list[str], app: str, name: str, bootstrap: str, application_id: str,
                  state_dir: Path, **options: Any) -> None:
-        self.name = name
         self.state_dir = state_dir
         args = [app, "--bootstrap", bootstrap, "--application-id", application_id, "--state-dir", str(state_dir)]
         for key, value in options.items():
             for v in value if isinstance(value, (list, tuple)) else [value]:
                 args += [f"--{key.replace('_', '-')}", str(v)]
-        self.cmd = driver + args
-        self.events: list[dict[str, Any]] = []
-        self.stderr: list[str] = []
-        self._cond = threading.Condition()
-        self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, bufsize=1, cwd=str(REPO_ROOT))
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=self._read_err, daemon=True).start()
+        super().__init__(driver + args, name)
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if not line.startswith("{"):
-                continue
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            with self._cond:
-                self.events.append(event)
-                self._cond.notify_all()
-        with self._cond:
-            self.events.append({"event": "exited"})
-            self._cond.notify_all()
-
-    def _read_err(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.stderr.append(line)
-            del self.stderr[:-300]
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        with self._cond:
-            return list(self.events)
-
-    def wait_until(self, pred: Callable[[list[dict[str, Any]]], bool], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while not pred(self.events):
-                left = deadline - time.monotonic()
-                if left <= 0 or (self.events and self.events[-1]["event"] == "exited"):
-                    raise AssertionError(f"{self.name}: no {what} after {timeout}s; last events "
-                                         f"{self.events[-8:]}\nstderr: {''.join(self.stderr[-40:])}")
-                self._cond.wait(min(left, 0.5))
+    def wait_until(self, pred: Callable[[list[dict[str, Any]]], bool], timeout: float, what: str,
+                   stop_at_exit: bool = True) -> None:
+        super().wait_until(pred, timeout, what, stop_at_exit)
 
     def tasks(self) -> dict[str, Any]:
         """The last ``tasks`` event: ``{"state":..., "active": [...], "standby": [...]}`` (empty before the first)."""

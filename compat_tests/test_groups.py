@@ -29,7 +29,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -40,6 +39,7 @@ import pytest
 
 from compat_tests import wire
 from compat_tests.clients import CLASSES_DIR, JARS_DIR, REPO_ROOT, admin_client, create_topic
+from compat_tests.event_process import EventProcess
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -94,57 +94,13 @@ def client_available(name: str) -> None:
             pytest.skip(f"{name} is not installed")
 
 
-class Member:
+class Member(EventProcess):
     """A group member process. Its JSON events are collected by a reader thread."""
 
     def __init__(self, cmd: list[str], name: str) -> None:
-        self.name = name
-        self.cmd = cmd
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
                    PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, bufsize=1, cwd=str(REPO_ROOT), env=env)
-        self.events: list[dict[str, Any]] = []
-        self.stderr: list[str] = []
-        self._cond = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-        threading.Thread(target=self._read_err, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if not line.startswith("{"):
-                continue
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            with self._cond:
-                self.events.append(event)
-                self._cond.notify_all()
-        with self._cond:
-            self.events.append({"event": "exited"})
-            self._cond.notify_all()
-
-    def _read_err(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.stderr.append(line)
-            del self.stderr[:-200]
-
-    def snapshot(self) -> list[dict[str, Any]]:
-        with self._cond:
-            return list(self.events)
-
-    def wait_until(self, pred: Callable[[list[dict[str, Any]]], bool], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while not pred(self.events):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise AssertionError(f"{self.name}: no {what} after {timeout}s; last events "
-                                         f"{self.events[-5:]}\nstderr: {''.join(self.stderr[-30:])}")
-                self._cond.wait(min(left, 0.5))
+        super().__init__(cmd, name, stdin=subprocess.PIPE, env=env)
 
     def records(self) -> list[tuple[str, int, int]]:
         return [(e["topic"], e["partition"], e["offset"]) for e in self.snapshot() if e["event"] == "record"]

@@ -81,3 +81,23 @@ async def on_controller(ctx: Any, request: Any, principal: str, write: Callable[
     if code != ErrorCode.NONE and getattr(response, "error_code", ErrorCode.NONE) == ErrorCode.NONE:
         return failed(code)
     return response
+
+
+async def change_expiry(ctx: Any, request: Any, response: Callable[..., Any],
+                        change: Callable[[Any, str, bytes], tuple[int, int]]) -> Any:
+    """RenewDelegationToken / ExpireDelegationToken: refuse a connection that may not ask for tokens
+    (DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, expiry -1), else ``change(controller, principal, hmac)`` -> (error code,
+    expiry timestamp ms) on the active controller (:func:`on_controller`). ``response``: the API's response class."""
+    from kbroker.server.handlers.common import principal_of
+
+    forwarded = forwarded_principal(ctx)
+    principal = forwarded or principal_of(ctx)
+    if forwarded is None and not allow_token_requests(ctx):
+        return response(error_code=ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, expiry_timestamp_ms=-1)
+
+    def write() -> Any:
+        code, expiry = change(ctx.broker.controller, principal, bytes(request.hmac))
+        return response(error_code=code, expiry_timestamp_ms=expiry)
+
+    return await on_controller(ctx, request, principal, write,
+                               lambda code: response(error_code=code, expiry_timestamp_ms=-1))

@@ -14,7 +14,6 @@ Version notes: v2 is flexible.
 from __future__ import annotations
 
 from kbroker.protocol.api_keys import ApiKey
-from kbroker.protocol.errors import ErrorCode
 from kbroker.protocol.messages import ExpireDelegationTokenRequest, ExpireDelegationTokenResponse as R
 
 API_KEY = ApiKey.EXPIRE_DELEGATION_TOKEN
@@ -22,18 +21,7 @@ VERSIONS = range(1, 3)
 
 
 async def handle(ctx, request: ExpireDelegationTokenRequest) -> R:
-    from kbroker.server import delegation_tokens as dt
-    from kbroker.server.handlers import common
+    from kbroker.server.delegation_tokens import change_expiry
 
-    forwarded = dt.forwarded_principal(ctx)
-    principal = forwarded or common.principal_of(ctx)
-    if forwarded is None and not dt.allow_token_requests(ctx):
-        return R(error_code=ErrorCode.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, expiry_timestamp_ms=-1)
-
-    def write() -> R:
-        code, expiry = ctx.broker.controller.expire_delegation_token(principal, bytes(request.hmac),
-                                                                     request.expiry_time_period_ms)
-        return R(error_code=code, expiry_timestamp_ms=expiry)
-
-    return await dt.on_controller(ctx, request, principal, write,
-                                  lambda code: R(error_code=code, expiry_timestamp_ms=-1))
+    return await change_expiry(ctx, request, R, lambda controller, principal, hmac: controller.expire_delegation_token(
+        principal, hmac, request.expiry_time_period_ms))
