@@ -28,6 +28,41 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: how long one step of :meth:`Broker.stop` may wait (for tasks to end, for other nodes) before it is left behind
+STOP_STEP_TIMEOUT_S = 10.0
+
+
+def _awaiting(task: asyncio.Future) -> str:
+    """Where a pending task waits: the chain of coroutine frames it is suspended in, innermost last."""
+    coro = getattr(task, "get_coro", lambda: None)()
+    where = []
+    while coro is not None and len(where) < 12:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            where.append(f"{frame.f_code.co_name} ({frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno})")
+        nxt = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        if isinstance(nxt, asyncio.Task):
+            where.append(f"task {nxt.get_name()}")
+            coro = nxt.get_coro()
+        else:
+            coro = nxt if hasattr(nxt, "cr_frame") or hasattr(nxt, "gi_frame") else None
+    return " -> ".join(where) or "unknown"
+
+
+async def _stop_step(name: str, step: Any, timeout_s: float = STOP_STEP_TIMEOUT_S) -> None:
+    """Await one shutdown step for at most ``timeout_s``; a step that fails or hangs is logged (once, at WARN, with
+    where it waits) and the shutdown goes on."""
+    task = asyncio.ensure_future(step)
+    done, _ = await asyncio.wait([task], timeout=timeout_s)
+    if not done:
+        log.warning("shutdown: stopping %s took more than %.0f s; going on without it (waiting in %s)",
+                    name, timeout_s, _awaiting(task))
+        task.cancel()
+        return
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("shutdown: stopping %s failed: %r", name, task.exception())
+
+
 #: how long a node of a cluster waits at start-up for its metadata quorum to elect a leader and commit
 QUORUM_STARTUP_TIMEOUT_S = 120.0
 #: how long a stopping broker of a cluster waits for the active controller to move its leaderships away
@@ -560,11 +595,16 @@ class Broker:
         self.dir_locks.release()
 
     async def stop(self) -> None:
+        """Shut down: controlled shutdown, the quorum, listeners and connections, replication, coordinators, then
+        flush and checkpoint every log. Each step that waits on other tasks or nodes is bounded
+        (:data:`STOP_STEP_TIMEOUT_S`): one that hangs is logged once, with where it waits, and left behind, so a
+        SIGTERM always ends with the logs flushed and the directories released."""
         if self.metadata_quorum is not None:
             if self.is_broker:
                 # Kafka's controlled shutdown: fenced and leaderships moved while this node still answers
                 await self.metadata_quorum.controlled_shutdown(CONTROLLED_SHUTDOWN_TIMEOUT_S)
-            await self.metadata_quorum.stop()  # a leader resigns first (EndQuorumEpoch)
+            # a leader resigns first (EndQuorumEpoch)
+            await _stop_step("the metadata quorum", self.metadata_quorum.stop())
         for server in self.servers:
             server.close()
         for conn in list(self.connections):
@@ -577,18 +617,18 @@ class Broker:
             except (asyncio.TimeoutError, Exception):
                 pass
         if self.metrics is not None:
-            await self.metrics.close()
-        await self.replica_manager.stop_replication()
+            await _stop_step("the metrics reporter", self.metrics.close())
+        await _stop_step("replication", self.replica_manager.stop_replication())
         self.log_dir_mover.stop()
         if self.is_broker:
             self.transaction_coordinator.shutdown()
             self.share_coordinator.shutdown()
             self.group_coordinator.shutdown()
-        await self.share_persister.close()
+        await _stop_step("the share-state persister", self.share_persister.close())
         if self.marker_sender is not None:
-            await self.marker_sender.close()
+            await _stop_step("the transaction marker sender", self.marker_sender.close())
         if self.txn_verifier is not None:
-            await self.txn_verifier.close()
+            await _stop_step("the transaction verifier", self.txn_verifier.close())
         self.log_manager.shutdown()
         self.controller.shutdown()
         self.dir_locks.release()

@@ -21,6 +21,7 @@ from typing import Any
 from kbroker.protocol import codec
 from kbroker.protocol.api_keys import RESPONSES
 from kbroker.protocol.headers import encode_request_header, response_header_version
+from kbroker.server.task_util import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +91,7 @@ class NodeChannel:
     async def close(self) -> None:
         self._closed = True
         self._drop("channel closed")
-        if self._reader_task is not None:
-            self._reader_task.cancel()
-            try:
-                await self._reader_task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait(self._reader_task)
 
     # ------------------------------------------------------------------ connection
     async def _ensure_connected(self, deadline: float) -> None:

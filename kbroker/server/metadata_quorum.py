@@ -69,6 +69,7 @@ from kbroker.protocol.messages.broker_registration_request import BrokerRegistra
 from kbroker.protocol.records import iter_batches
 from kbroker.server.inter_node import NodeChannel, NodeRequestError
 from kbroker.server.raft_manager import RaftManager
+from kbroker.server.task_util import cancel_and_wait
 
 if TYPE_CHECKING:
     from kbroker.controller.quorum_controller import QuorumController
@@ -168,10 +169,7 @@ class MetadataQuorum:
         for t in pending:
             t.cancel()
         for t in pending:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+            await cancel_and_wait(t)
         self._tasks.clear()
         self._creating.clear()
         if self.manager is not None:

@@ -40,6 +40,7 @@ from kbroker.protocol.messages.fetch_snapshot_request import FetchSnapshotReques
 from kbroker.protocol.messages.fetch_snapshot_response import FetchSnapshotResponse
 from kbroker.protocol.messages.vote_response import VoteResponse
 from kbroker.server.inter_node import NodeChannel, NodeRequestError
+from kbroker.server.task_util import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -101,12 +102,7 @@ class RaftManager:
                 await asyncio.wait(list(self._sends), timeout=0.5)
         self._stopping = True
         self._wake.set()
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await cancel_and_wait(self._task)
         for t in list(self._sends):
             t.cancel()
         for ch in self.channels.values():

@@ -50,6 +50,7 @@ from kbroker.protocol.api_keys import ApiKey
 from kbroker.protocol.errors import ErrorCode, KafkaError
 from kbroker.protocol.messages import FetchRequest
 from kbroker.server.inter_node import BrokerChannels, NodeRequestError
+from kbroker.server.task_util import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -107,13 +108,8 @@ class ReplicaFetcher:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.leader_id}")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     def add(self, part: Any) -> None:
         key = (part.topic, part.partition_index)
