@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -417,6 +418,53 @@ def test_kafka_acls(kbroker_factory):
         (f"Current ACLs for resource `{resource('TOPIC', 't1')}`:", frozenset({acl("User:alice", "READ")}))}
 
 
+def test_kafka_acls_delegation_token_and_user_resources_as_kbroker_acls(kbroker_factory):
+    """``--delegation-token`` (DESCRIBE on a token id) and ``--user-principal`` (CreateTokens / DescribeTokens on a
+    user, KIP-48): kafka-acls adds and lists them, and kbroker-acls prints the same blocks for the same ACLs,
+    removes them, and reports a broker without an authorizer as kafka-acls does."""
+    broker = kbroker_factory(OPEN_AUTHORIZER)
+    b = broker.bootstrap
+
+    def kbroker_acls(*args: str, rc: int = 0) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run([sys.executable, "-m", "kbroker.cli.acls", "--bootstrap-server", b, *args],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == rc, (args, r.stdout, r.stderr)
+        return r
+
+    token = ("--delegation-token", "tok-1", "--allow-principal", "User:bob", "--operation", "Describe")
+    user = ("--user-principal", "User:alice", "--allow-principal", "User:carol", "--operation", "CreateTokens",
+            "--operation", "DescribeTokens")
+    pattern = "ResourcePattern(resourceType={}, name={}, patternType=LITERAL)"
+    token_block = (f"Current ACLs for resource `{pattern.format('DELEGATION_TOKEN', 'tok-1')}`:",
+                   frozenset({"(principal=User:bob, host=*, operation=DESCRIBE, permissionType=ALLOW)"}))
+    user_block = (f"Current ACLs for resource `{pattern.format('USER', 'User:alice')}`:",
+                  frozenset({"(principal=User:carol, host=*, operation=CREATE_TOKENS, permissionType=ALLOW)",
+                             "(principal=User:carol, host=*, operation=DESCRIBE_TOKENS, permissionType=ALLOW)"}))
+    kafka_added = kt(ACLS, "--bootstrap-server", b, "--add", *token).stdout
+    assert (token_block[0].replace("Current", "Adding"), token_block[1]) in acl_blocks(kafka_added), kafka_added
+    ours_added = kbroker_acls("--add", *user).stdout
+    assert acl_blocks(ours_added) == {(user_block[0].replace("Current", "Adding"), user_block[1]), user_block}
+    kafka_listed = kt(ACLS, "--bootstrap-server", b, "--list").stdout
+    ours_listed = kbroker_acls("--list").stdout
+    assert acl_blocks(kafka_listed) == acl_blocks(ours_listed) == {token_block, user_block}, (kafka_listed, ours_listed)
+    for args in (("--delegation-token", "tok-1"), ("--user-principal", "User:alice")):
+        assert acl_blocks(kt(ACLS, "--bootstrap-server", b, "--list", *args).stdout) == \
+            acl_blocks(kbroker_acls("--list", *args).stdout)
+    refused = kbroker_acls("--add", "--user-principal", "User:alice", "--allow-principal", "User:x",
+                           "--operation", "Read", rc=1).stderr
+    assert "ResourceType USER only supports operations" in refused, refused
+    kbroker_acls("--remove", "--force", "--delegation-token", "tok-1")
+    kbroker_acls("--remove", "--force", "--user-principal", "User:alice")
+    assert kt(ACLS, "--bootstrap-server", b, "--list").stdout.strip() == ""
+
+    plain = kbroker_factory()
+    no_authorizer = subprocess.run([sys.executable, "-m", "kbroker.cli.acls", "--bootstrap-server", plain.bootstrap,
+                                    "--list"], capture_output=True, text=True, timeout=60)
+    assert no_authorizer.returncode == 1
+    assert ("Error while executing ACL command: org.apache.kafka.common.errors.SecurityDisabledException: "
+            "No Authorizer is configured on the broker") in no_authorizer.stderr, no_authorizer.stderr
+
+
 def test_kafka_acls_without_an_authorizer(bootstrap_servers):
     r = kt(ACLS, "--bootstrap-server", bootstrap_servers, "--list", rc=1)
     assert r.stdout.splitlines()[0] == ("Error while executing ACL command: org.apache.kafka.common.errors."
@@ -442,8 +490,8 @@ def test_kafka_features_updates(bootstrap_servers):
 
 
 @pytest.mark.xfail(ON_KBROKER, strict=True,
-                   reason="kbroker: supports neither eligible.leader.replicas.version (ELR) nor streams.version "
-                          "(KIP-1071 streams groups) and does not report kraft.version in ApiVersions")
+                   reason="kbroker: does not support eligible.leader.replicas.version (ELR) and does not report "
+                          "kraft.version in ApiVersions")
 def test_kafka_features_describe(bootstrap_servers):
     b = bootstrap_servers
     assert lines(kt(FEATURES, "--bootstrap-server", b, "upgrade", "--release-version", "4.3", "--dry-run").stdout) == [

@@ -13,7 +13,9 @@
 Flags and output are ``AclCommand``'s: ``--allow-principal`` / ``--deny-principal`` (``Type:name``, repeatable)
 with ``--allow-host`` / ``--deny-host`` (default ``*``), ``--operation`` (repeatable; default All; names such as
 Read, Write, IdempotentWrite, DescribeConfigs, case-insensitive), resources ``--topic``, ``--group``,
-``--transactional-id`` (repeatable) and ``--cluster``, ``--resource-pattern-type`` literal (default) / prefixed,
+``--transactional-id``, ``--delegation-token`` (a token id), ``--user-principal`` (the USER resource of
+CreateTokens / DescribeTokens, KIP-48; all repeatable) and ``--cluster``, ``--resource-pattern-type`` literal
+(default) / prefixed,
 and for ``--list`` / ``--remove`` also any / match. ``--producer`` adds Write, Describe and Create on the topics
 and Write, Describe on the transactional ids (``--idempotent``: IdempotentWrite on the cluster); ``--consumer``
 adds Read, Describe on the topics and Read on the groups. ``--add`` prints ``Adding ACLs for resource
@@ -22,7 +24,10 @@ then lists the ACLs of the resources named; ``--remove`` asks for confirmation u
 ``--list`` prints ``Current ACLs for resource `ResourcePattern(...)`:`` per resource (with ``--principal``:
 ``ACLs for principal `User:alice``` first, and only that principal's ACLs). The requests are CreateAcls /
 DescribeAcls / DeleteAcls through confluent-kafka's AdminClient; a broker error ends the command with
-``Error while executing ACL command: <message>`` and status 1.
+``Error while executing ACL command: <exception>: <message>`` and status 1. The requests are CreateAcls,
+DescribeAcls and DeleteAcls sent with kbroker's own codec (:mod:`kbroker.cli._wire`: librdkafka has no
+DELEGATION_TOKEN or USER resource and drops DescribeAcls' top-level error), TLS and SASL from
+``--command-config``.
 """
 
 from __future__ import annotations
@@ -37,13 +42,12 @@ from kbroker.cli._common import (
     add_bootstrap,
     add_command_config,
     add_version,
-    admin_client,
-    check_reachable,
-    kafka_error_text,
     load_properties,
-    result,
     run_tool,
+    wire_ssl_context,
 )
+from kbroker.protocol.errors import ErrorCode
+from kbroker.security.acl import AclOperation, AclPermissionType, PatternType, ResourceType
 
 PROG = "kbroker-acls"
 CLUSTER_NAME = "kafka-cluster"
@@ -58,6 +62,8 @@ SUPPORTED = {
     "CLUSTER": {"CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE", "ALTER",
                 "DESCRIBE"},
     "TRANSACTIONAL_ID": {"DESCRIBE", "WRITE", "TWO_PHASE_COMMIT"},
+    "DELEGATION_TOKEN": {"DESCRIBE"},
+    "USER": {"CREATE_TOKENS", "DESCRIBE_TOKENS"},
 }
 PATTERN_TYPES = ("literal", "prefixed", "any", "match")
 
@@ -114,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--topic", action="append", default=[], help="topic (repeatable)")
     p.add_argument("--group", action="append", default=[], help="consumer group (repeatable)")
     p.add_argument("--transactional-id", action="append", default=[], help="transactional id (repeatable)")
+    p.add_argument("--delegation-token", action="append", default=[], help="delegation token id (repeatable)")
+    p.add_argument("--user-principal", action="append", default=[],
+                   help="user principal (Type:name) whose tokens the ACLs are about (repeatable)")
     p.add_argument("--cluster", action="store_true", help="the cluster resource")
     p.add_argument("--resource-pattern-type", default="literal", type=str.lower, choices=PATTERN_TYPES,
                    help="literal (default) or prefixed; any or match with --list / --remove")
@@ -157,9 +166,11 @@ def resource_filters(args: argparse.Namespace, required: bool = True) -> list[Re
         out.append(("CLUSTER", CLUSTER_NAME, "LITERAL"))
     out += [("GROUP", g.strip(), pattern) for g in args.group]
     out += [("TRANSACTIONAL_ID", t.strip(), pattern) for t in args.transactional_id]
+    out += [("DELEGATION_TOKEN", t.strip(), pattern) for t in args.delegation_token]
+    out += [("USER", principal(u), pattern) for u in args.user_principal]
     if not out and required:
         raise CliError("You must provide at least one resource: --topic <topic> or --cluster or --group <group> "
-                       "or --transactional-id <id>")
+                       "or --delegation-token <Delegation Token ID>")
     return list(dict.fromkeys(out))
 
 
@@ -199,77 +210,87 @@ def filter_to_entries(args: argparse.Namespace) -> dict[Resource, set[Entry]]:
     for (rtype, _, _), acls in out.items():
         valid = SUPPORTED[rtype] | {"ALL"}
         if any(e[2] not in valid for e in acls):
-            raise CliError(f"ResourceType {rtype} only supports operations "
-                           f"{', '.join(sorted(pascal(o) for o in valid))}")
+            raise CliError(f"ResourceType {rtype} only supports operations [{', '.join(sorted(valid))}]")
     return out
 
 
 # ------------------------------------------------------------------------------------------ the requests
 
 
-def _types() -> Any:
-    from confluent_kafka.admin import AclOperation, AclPermissionType, ResourcePatternType, ResourceType
-
-    return AclOperation, AclPermissionType, ResourcePatternType, ResourceType
-
-
-def _restype(name: str) -> Any:
-    """confluent-kafka's ``ResourceType`` of a Kafka resource type name (it calls code 4, CLUSTER, ``BROKER``)."""
-    from confluent_kafka.admin import ResourceType
-
-    return ResourceType(4) if name == "CLUSTER" else ResourceType[name]
+#: the Java exception ``kafka-acls`` names for an error code it meets (``Errors.java``)
+_EXCEPTIONS = {
+    ErrorCode.SECURITY_DISABLED: "SecurityDisabledException",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "ClusterAuthorizationException",
+    ErrorCode.INVALID_REQUEST: "InvalidRequestException",
+    ErrorCode.UNKNOWN_SERVER_ERROR: "UnknownServerException",
+    ErrorCode.NOT_CONTROLLER: "NotControllerException",
+}
 
 
-def _restype_name(value: Any) -> str:
-    return "CLUSTER" if int(value.value) == 4 else value.name
+def _check(code: int, message: str | None) -> None:
+    """A broker's error, as ``kafka-acls`` reports it (``org.apache.kafka.common.errors.<Exception>: <message>``)."""
+    if not code:
+        return
+    from kbroker.cli._wire import error_text
+
+    exc = _EXCEPTIONS.get(ErrorCode(code)) if code in ErrorCode._value2member_map_ else None
+    text = error_text(code, message)
+    raise CliError("Error while executing ACL command: "
+                   + (f"org.apache.kafka.common.errors.{exc}: {text}" if exc else text), status=1)
 
 
-def _binding(resource: Resource, entry: Entry) -> Any:
-    from confluent_kafka.admin import AclBinding
+def _describe(wire: Any, filters: list[Resource]) -> dict[Resource, set[Entry]]:
+    """DescribeAcls for each resource filter (none: every ACL) -> the ACLs found, per resource."""
+    from kbroker.protocol.messages import DescribeAclsRequest
 
-    op, perm, pat, rtype = _types()
-    return AclBinding(_restype(resource[0]), resource[1], pat[resource[2]], entry[0], entry[1], op[entry[2]],
-                      perm[entry[3]])
-
-
-def _filter(resource: Resource, entry: Entry | None = None) -> Any:
-    from confluent_kafka.admin import AclBindingFilter
-
-    op, perm, pat, rtype = _types()
-    if entry is None:
-        return AclBindingFilter(_restype(resource[0]), resource[1], pat[resource[2]], None, None, op.ANY, perm.ANY)
-    return AclBindingFilter(_restype(resource[0]), resource[1], pat[resource[2]], entry[0], entry[1], op[entry[2]],
-                            perm[entry[3]])
-
-
-def _wait(futures: Iterable[Any]) -> list[Any]:
-    from confluent_kafka import KafkaException
-
-    out = []
-    for fut in futures:
-        try:
-            out.append(result(fut))
-        except KafkaException as exc:
-            raise CliError(f"Error while executing ACL command: {kafka_error_text(exc)}") from None
-    return out
-
-
-def _describe(admin: Any, filters: list[Resource]) -> dict[Resource, set[Entry]]:
-    from confluent_kafka.admin import AclBindingFilter
-
-    op, perm, pat, rtype = _types()
-    asked = [_filter(f) for f in filters] or [AclBindingFilter(rtype.ANY, None, pat.ANY, None, None, op.ANY,
-                                                               perm.ANY)]
+    asked = [DescribeAclsRequest(resource_type_filter=ResourceType[f[0]], resource_name_filter=f[1],
+                                 pattern_type_filter=PatternType[f[2]], principal_filter=None, host_filter=None,
+                                 operation=AclOperation.ANY, permission_type=AclPermissionType.ANY)
+             for f in filters] or [DescribeAclsRequest(
+                 resource_type_filter=ResourceType.ANY, resource_name_filter=None, pattern_type_filter=PatternType.ANY,
+                 principal_filter=None, host_filter=None, operation=AclOperation.ANY,
+                 permission_type=AclPermissionType.ANY)]
     out: dict[Resource, set[Entry]] = {}
-    for bindings in _wait(admin.describe_acls(f) for f in asked):
-        for b in bindings:
-            key = (_restype_name(b.restype), b.name, b.resource_pattern_type.name)
-            out.setdefault(key, set()).add((b.principal, b.host, b.operation.name, b.permission_type.name))
+    for req in asked:
+        resp = wire.send(req)
+        _check(resp.error_code, resp.error_message)
+        for r in resp.resources:
+            key = (ResourceType(r.resource_type).name, r.resource_name, PatternType(r.pattern_type).name)
+            out.setdefault(key, set()).update(
+                (a.principal, a.host, AclOperation(a.operation).name, AclPermissionType(a.permission_type).name)
+                for a in r.acls)
     return out
 
 
-def list_acls(admin: Any, args: argparse.Namespace) -> None:
-    found = _describe(admin, resource_filters(args, required=False))
+def _create(wire: Any, resource: Resource, acls: Iterable[Entry]) -> None:
+    from kbroker.protocol.messages import CreateAclsRequest
+
+    resp = wire.send(CreateAclsRequest(creations=[CreateAclsRequest.AclCreation(
+        resource_type=ResourceType[resource[0]], resource_name=resource[1],
+        resource_pattern_type=PatternType[resource[2]], principal=e[0], host=e[1], operation=AclOperation[e[2]],
+        permission_type=AclPermissionType[e[3]]) for e in sorted(acls)]))
+    for r in resp.results:
+        _check(r.error_code, r.error_message)
+
+
+def _delete(wire: Any, resource: Resource, acls: Iterable[Entry] | None = None) -> None:
+    """DeleteAcls of the ACLs named (None: every ACL of the resource filter)."""
+    from kbroker.protocol.messages import DeleteAclsRequest
+
+    def one(e: Entry | None) -> Any:
+        return DeleteAclsRequest.DeleteAclsFilter(
+            resource_type_filter=ResourceType[resource[0]], resource_name_filter=resource[1],
+            pattern_type_filter=PatternType[resource[2]], principal_filter=None if e is None else e[0],
+            host_filter=None if e is None else e[1], operation=AclOperation.ANY if e is None else AclOperation[e[2]],
+            permission_type=AclPermissionType.ANY if e is None else AclPermissionType[e[3]])
+
+    resp = wire.send(DeleteAclsRequest(filters=[one(None)] if acls is None else [one(e) for e in sorted(acls)]))
+    for r in resp.filter_results:
+        _check(r.error_code, r.error_message)
+
+
+def list_acls(wire: Any, args: argparse.Namespace) -> None:
+    found = _describe(wire, resource_filters(args, required=False))
     wanted = [principal(p) for p in args.principal]
     groups: list[tuple[str | None, dict[Resource, set[Entry]]]] = [(None, found)] if not wanted else [
         (p, {r: {e for e in acls if e[0] == p} for r, acls in found.items()}) for p in wanted]
@@ -288,42 +309,43 @@ def _confirm(args: argparse.Namespace, question: str) -> bool:
     return sys.stdin.readline().strip().lower() == "y"
 
 
-def add_acls(admin: Any, args: argparse.Namespace) -> None:
+def add_acls(wire: Any, args: argparse.Namespace) -> None:
     per_resource = filter_to_entries(args)
     if any(not acls for acls in per_resource.values()):
         raise CliError("You must specify one of: --allow-principal, --deny-principal when trying to add ACLs.")
     for resource, acls in per_resource.items():
         print(block(f"Adding ACLs for resource `{resource_text(resource)}`:", acls))
-        created = admin.create_acls([_binding(resource, e) for e in sorted(acls)])
-        _wait(created.values())
-    list_acls(admin, args)
+        _create(wire, resource, acls)
+    list_acls(wire, args)
 
 
-def remove_acls(admin: Any, args: argparse.Namespace) -> None:
+def remove_acls(wire: Any, args: argparse.Namespace) -> None:
     for resource, acls in filter_to_entries(args).items():
         name = resource_text(resource)
         if not acls:
             if _confirm(args, f"Are you sure you want to delete all ACLs for resource filter `{name}`? (y/n)"):
-                _wait(admin.delete_acls([_filter(resource)]).values())
+                _delete(wire, resource)
         elif _confirm(args, block("Are you sure you want to remove ACLs:", acls)
                       + f" from resource filter `{name}`? (y/n)"):
-            _wait(admin.delete_acls([_filter(resource, e) for e in sorted(acls)]).values())
-    list_acls(admin, args)
+            _delete(wire, resource, acls)
+    list_acls(wire, args)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     def body() -> None:
+        from kbroker.cli._wire import WireClient
+
         check_args(args)
-        admin = admin_client(args.bootstrap_server, load_properties(args.command_config))
-        check_reachable(admin, args.bootstrap_server)
-        if args.add:
-            add_acls(admin, args)
-        elif args.remove:
-            remove_acls(admin, args)
-        else:
-            list_acls(admin, args)
+        security = wire_ssl_context(load_properties(args.command_config), "sending ACL requests")
+        with WireClient(args.bootstrap_server, ssl_context=security) as wire:
+            if args.add:
+                add_acls(wire, args)
+            elif args.remove:
+                remove_acls(wire, args)
+            else:
+                list_acls(wire, args)
 
     return run_tool(PROG, body)
 
