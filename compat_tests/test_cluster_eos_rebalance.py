@@ -1,8 +1,8 @@
 """Consume-transform-produce, exactly once, while the group rebalances, on 3 nodes (issue 33 item 2).
 
 Three nodes (RF 3, ``min.insync.replicas`` 2 for the topics, ``__consumer_offsets`` and
-``__transaction_state``); an input topic of 31 partitions holds ``RECORDS`` records written by one idempotent
-producer. Processors (``compat_tests/eos_processor.py``, librdkafka, one process each, transactional.id per
+``__transaction_state``); an input topic of 31 partitions gets ``RECORDS`` records from one idempotent producer,
+a quarter before each step. Processors (``compat_tests/eos_processor.py``, librdkafka, one process each, transactional.id per
 processor, offsets committed in the transaction with the group's metadata, KIP-447) copy them to the output topic
 while the group changes under them: a second and a third processor join, one leaves with SIGTERM, one is killed
 with SIGKILL (its open transaction is aborted when a processor of the same transactional id starts again, or by
@@ -96,11 +96,13 @@ def _read_committed(bootstrap: str, topic: str, expected: int, timeout: float) -
     return seen
 
 
+# cooperative-sticky with static members is left out: against Apache Kafka 4.3.1 librdkafka 2.16's group stalled
+# in one of four runs (60 records of partitions moved from the static member that left never consumed in 240 s)
 @pytest.mark.parametrize("protocol,assignor,static", [
-    ("classic", "range", False),
-    ("classic", "cooperative-sticky", True),
+    ("classic", "range", True),
+    ("classic", "cooperative-sticky", False),
     ("consumer", "uniform", False),
-], ids=["range-dynamic", "cooperative-sticky-static", "kip848"])
+], ids=["range-static", "cooperative-sticky-dynamic", "kip848"])
 def test_exactly_once_through_rebalances(cluster, protocol, assignor, static):
     tag = uuid.uuid4().hex[:6]
     topics, group = (f"eos-in-{tag}", f"eos-out-{tag}"), f"eos-{tag}"
@@ -110,9 +112,18 @@ def test_exactly_once_through_rebalances(cluster, protocol, assignor, static):
     wait_until(lambda: all(len(admin.list_topics(t, timeout=10).topics[t].partitions) == n
                            for t, n in ((topics[0], PARTITIONS), (topics[1], 8))), 30, "topics")
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "linger.ms": 5})
-    for i in range(RECORDS):
-        producer.produce(topics[0], key=str(i % 97).encode(), value=f"r{i}".encode())
-    assert producer.flush(60) == 0
+    written = [0]
+
+    def feed(count: int) -> None:
+        """The next ``count`` input records: the input comes in four parts, one per step below, so that every
+        rebalance meets processors at work."""
+        for i in range(written[0], written[0] + count):
+            producer.produce(topics[0], key=str(i % 97).encode(), value=f"r{i}".encode())
+        assert producer.flush(60) == 0
+        written[0] += count
+
+    def assigned(p: Processor) -> bool:
+        return any(e["event"] == "assigned" and e["partitions"] for e in p.snapshot())
 
     def start(instance: int) -> Processor:
         return Processor(cluster.bootstrap, group, topics, instance, protocol, assignor, static)
@@ -127,16 +138,21 @@ def test_exactly_once_through_rebalances(cluster, protocol, assignor, static):
                 f"{p.name}: {p.snapshot()[-6:]}\n{''.join(p.stderr[-10:])}" for p in procs.values())) from None
 
     try:
+        part = RECORDS // 4
+        feed(part)
         procs[1] = start(1)
         until(lambda: procs[1].committed() >= 300, 90, "processor 1 commits")
+        feed(part)
         procs[2] = start(2)  # joins: a rebalance while 1 has a transaction open
-        until(lambda: procs[2].committed() >= 100, 90, "processor 2 commits")
+        until(lambda: assigned(procs[2]) and procs[2].committed() > 0, 90, "processor 2 commits")
+        feed(part)
         procs[3] = start(3)
-        until(lambda: procs[3].committed() >= 100, 90, "processor 3 commits")
+        until(lambda: assigned(procs[3]) and procs[3].committed() > 0, 90, "processor 3 commits")
         left = procs[2].stop()
         assert left == 0, (left, procs[2].snapshot()[-5:], "".join(procs[2].stderr[-30:]))  # leaves (a static member does not: its partitions wait for its session)
         procs[1].kill()  # no leave, a transaction perhaps open: fenced and aborted by its successor below
         procs[4] = Processor(cluster.bootstrap, group, topics, 1, protocol, assignor, static)
+        feed(RECORDS - written[0])
         until(lambda: sum(p.committed() for p in procs.values()) >= RECORDS, 240,
                    "every input record processed")
         seen = _read_committed(cluster.bootstrap, topics[1], RECORDS, 120)
