@@ -47,6 +47,7 @@ case "$cmd" in
   test)
     setup_python test,spark
     command -v kcat >/dev/null || need_apt kcat
+    command -v iptables >/dev/null || need_apt iptables  # the cluster tests' partitions (kbroker/testing/firewall.py)
     command -v javac >/dev/null || need_apt openjdk-17-jdk-headless
     command -v mvn >/dev/null || need_apt maven
     bash scripts/fetch_jars.sh  # Java clients, Kafka Streams, reference Kafka 4.3.1, Spark connector: by coordinates (java/pom.xml)

@@ -128,7 +128,11 @@ def test_snapshots_are_written_and_fetched_by_nodes_that_fell_behind(tmp_path):
 
 
 def _create(admin: AdminClient, name: str) -> bool:
+    """CreateTopics ``name``; True once it is there. Metadata is asked first: librdkafka sends CreateTopics to the
+    controller its last Metadata named and does not ask again after a timeout, and Kafka's brokers name any live
+    broker there, for a few seconds the killed one too (until the controller fences it)."""
     try:
+        admin.list_topics(timeout=10)
         admin.create_topics([NewTopic(name, 1, 1)], request_timeout=20)[name].result(30)
         return True
     except Exception as exc:  # noqa: BLE001 - retried until the deadline; the last error shows in the assertion

@@ -10,7 +10,13 @@ Nodes are :class:`KbrokerProcess` objects, so each can be killed (``kill -9``), 
 (SIGSTOP/SIGCONT) and restarted on its own. With ``link_proxies=True`` every node reaches every voter through
 its own :class:`~kbroker.testing.proxy.TcpProxy` (one per direction of each link), and every broker reaches
 every other broker's inter-broker listener (replica fetches) through one too, so a test can
-:meth:`~KbrokerCluster.partition` two nodes, :meth:`~KbrokerCluster.isolate` one, and :meth:`~KbrokerCluster.heal`::
+:meth:`~KbrokerCluster.partition` two nodes, :meth:`~KbrokerCluster.isolate` one, and :meth:`~KbrokerCluster.heal`.
+The proxies only cut what a node sends to the addresses it was configured with: Kafka's voters fetch from the endpoint
+the leader announces (its real CONTROLLER listener, KIP-853), so they cannot cut a Kafka node off. With
+``firewall=True`` the same three calls add and remove iptables DROP rules instead (:mod:`kbroker.testing.firewall`:
+each node runs with a group id of its own, and what one node's sockets send to the other's listening ports is
+dropped, both ways; the test's clients still reach every node), which cuts kbroker's and Kafka's nodes alike; it
+needs root and Debian's ``iptables``::
 
     with KbrokerCluster(tmp_path, nodes=3, brokers=3) as cluster:
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})   # the brokers
@@ -33,6 +39,7 @@ Every wait is bounded (``timeout`` seconds) and raises on expiry.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import struct
@@ -85,9 +92,14 @@ class KbrokerCluster:
     def __init__(self, root: str | os.PathLike[str], nodes: int = 3, overrides: Mapping[str, Any] | None = None,
                  host: str = "127.0.0.1", start_timeout: float = 90.0, brokers: int = 0,
                  link_proxies: bool = False, dynamic_quorum: bool = False,
-                 node_overrides: Mapping[int, Mapping[str, Any]] | None = None, target: str | None = None) -> None:
+                 node_overrides: Mapping[int, Mapping[str, Any]] | None = None, target: str | None = None,
+                 firewall: bool = False) -> None:
         if dynamic_quorum and (not brokers or link_proxies):
             raise ValueError("dynamic_quorum needs separate brokers and no link proxies")
+        #: with ``firewall``: the :class:`~kbroker.testing.firewall.LoopbackFirewall` (iptables rules) that
+        #: :meth:`partition` / :meth:`isolate` / :meth:`heal` drive, made at :meth:`start`
+        self.firewall_enabled = firewall
+        self.firewall: Any = None
         self.dynamic_quorum = dynamic_quorum
         self._formatted = False
         #: the node classes: kbroker's, or Apache Kafka's under the ``kafka`` target
@@ -168,6 +180,8 @@ class KbrokerCluster:
         running are left alone (``with cluster:`` has started them)."""
         if self.link_proxies:
             self._start_links()
+        if self.firewall_enabled:
+            self._start_firewall()
         if self.dynamic_quorum and not self._formatted:
             for i in self.controller_ids:
                 self.format(i, "--standalone" if i == self.controller_ids[0] else "--no-initial-controllers")
@@ -260,6 +274,7 @@ class KbrokerCluster:
                                      overrides=dict(self._common), host=self.host, start_timeout=self.start_timeout)
         self.nodes[node_id] = node
         self.controller_ids.append(node_id)
+        self._firewall_node(node_id)
         if self.dynamic_quorum:
             self.format(node_id, "--no-initial-controllers")
         node.start()
@@ -280,6 +295,7 @@ class KbrokerCluster:
                                host=self.host, start_timeout=self.start_timeout)
         self.nodes[node_id] = node
         self.broker_ids.append(node_id)
+        self._firewall_node(node_id)
         node.start()
         self.wait_registered()
         return node
@@ -301,7 +317,10 @@ class KbrokerCluster:
 
     def stop(self) -> None:
         """Stop every node (SIGTERM): brokers first, then the quorum's followers, the leader last, so each
-        stopping broker finds an active controller for its controlled shutdown."""
+        stopping broker finds an active controller for its controlled shutdown. Partitions made with ``firewall``
+        are healed first and its iptables chain removed at the end."""
+        if self.firewall is not None:
+            self.firewall.heal()
         leader = -1
         try:
             leader = self.controller_id(timeout=2.0)
@@ -316,6 +335,9 @@ class KbrokerCluster:
             proxy.stop()
         self.links.clear()
         self.replication_links.clear()
+        if self.firewall is not None:
+            self.firewall.close()
+            self.firewall = None
 
     # ---- network faults (``link_proxies=True``)
     def _start_links(self) -> None:
@@ -360,12 +382,42 @@ class KbrokerCluster:
                 self.replication_links[(k, m)] = TcpProxy(self.host, self._replication_ports[(m, k)],
                                                           listen_host=self.host, listen_port=port).start()
 
+    def _start_firewall(self) -> None:
+        """The iptables chain of this cluster, and every node's group id and listening ports registered in it."""
+        from kbroker.testing.firewall import LoopbackFirewall  # noqa: PLC0415
+
+        if self.firewall is None:
+            self.firewall = LoopbackFirewall()
+        for i in self.nodes:
+            self._firewall_node(i)
+
+    def _firewall_node(self, node_id: int) -> None:
+        """Give node ``node_id`` its own group id (``GID_BASE`` + its port) and register its ports."""
+        from kbroker.testing.firewall import node_gid  # noqa: PLC0415
+
+        if not self.firewall_enabled:
+            return
+        if self.firewall is None:
+            self._start_firewall()
+            return
+        node = self.nodes[node_id]
+        node.group = node_gid(node.port)
+        props = node.properties() if hasattr(node, "properties") else {**node.base_properties(), **node.overrides}
+        ports = {node.port, *(int(p) for p in re.findall(r":(\d+)(?=,|$)", props.get("listeners", "")))}
+        if node_id in self.controller_ports:
+            ports.add(self.controller_ports[node_id])
+        self.firewall.add_node(node_id, node.group, ports)
+
     def _links_of(self, a: int, b: int) -> list[Any]:
         return [p for links in (self.links, self.replication_links) for key, p in links.items()
                 if key in ((a, b), (b, a))]
 
     def partition(self, a: int, b: int) -> None:
-        """Silence the links between nodes ``a`` and ``b`` (both directions; TCP sees no reset) until :meth:`heal`."""
+        """Silence the links between nodes ``a`` and ``b`` (both directions; TCP sees no reset) until :meth:`heal`:
+        with ``firewall``, iptables drops what each node's processes send to the other's ports; with
+        ``link_proxies``, the proxies on their links stop forwarding (both, when both are on)."""
+        if self.firewall is not None:
+            self.firewall.partition(a, b)
         for p in self._links_of(a, b):
             p.partition()
 
@@ -377,6 +429,8 @@ class KbrokerCluster:
 
     def heal(self) -> None:
         """Undo every :meth:`partition` / :meth:`isolate`."""
+        if self.firewall is not None:
+            self.firewall.heal()
         for p in [*self.links.values(), *self.replication_links.values()]:
             p.heal()
 

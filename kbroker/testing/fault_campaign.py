@@ -12,7 +12,8 @@ another:
 * ``wipe``: SIGKILL a broker, delete its data directories, restart it (it rebuilds every replica from the
   leaders);
 * ``cut-leader``: cut a broker leading a partition off from the controllers and the other brokers for 0.5-4 s
-  (every link between nodes goes through a proxy, ``link_proxies=True``; its clients still reach it), then heal:
+  (the cluster's ``firewall``: iptables drops what its process and the others send to each other; its clients
+  still reach it), then heal:
   beyond ``broker.session.timeout.ms`` it is fenced and its partitions move, and whatever it appended alone
   meanwhile was never acknowledged (acks=all) and is truncated when it follows again.
 
@@ -366,7 +367,7 @@ def run_campaign(root: Path, faults: int, seed: int, log: Any = None) -> Campaig
         if log is not None:
             log(msg)
 
-    cluster = KbrokerCluster(root, nodes=3, brokers=3, overrides=CAMPAIGN_OVERRIDES, link_proxies=True)
+    cluster = KbrokerCluster(root, nodes=3, brokers=3, overrides=CAMPAIGN_OVERRIDES, firewall=True)
     with cluster:
         admin = Admin(cluster)
         create_topic(admin)

@@ -261,6 +261,9 @@ class KbrokerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.last_exit_code: int | None = None
+        #: the group id the process runs with (None: this process's); the cluster harness's iptables partitions
+        #: (:mod:`kbroker.testing.firewall`) tell the nodes apart by it
+        self.group: int | None = None
         KbrokerProcess._instances.add(self)
 
     # ---- addresses / config
@@ -346,7 +349,8 @@ class KbrokerProcess:
                       f"{' '.join(cmd)}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         cwd=str(self.data_dir), env=env, start_new_session=True)
+                                         cwd=str(self.data_dir), env=env, start_new_session=True,
+                                         group=self.group)
         self.starts += 1
         self.last_exit_code = None
 
