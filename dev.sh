@@ -46,6 +46,11 @@ case "$cmd" in
     ;;
   test)
     setup_python test,spark
+    # the Spark tests need exactly the pinned pyspark (its connector is resolved for the pin): a venv that has
+    # another one (an older clone's, where pyproject.toml was not newer than the stamp) gets the pin now
+    spark_pin=$(grep -oE '"pyspark==[^"]+"' pyproject.toml | head -1 | tr -d '"')
+    [ "$("$PY" -c 'from importlib.metadata import version; print(version("pyspark"))' 2>/dev/null)" = "${spark_pin#pyspark==}" ] \
+      || "$PY" -m pip install -q "$spark_pin"
     command -v kcat >/dev/null || need_apt kcat
     command -v iptables >/dev/null || need_apt iptables  # the cluster tests' partitions (kbroker/testing/firewall.py)
     command -v javac >/dev/null || need_apt openjdk-17-jdk-headless

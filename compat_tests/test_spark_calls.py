@@ -1,4 +1,4 @@
-"""The calls Spark's Kafka connector makes, on the client it is built with (kafka-clients 3.9.0).
+"""The calls Spark's Kafka connector makes, on the client it is built with (kafka-clients 3.9.2 for Spark 4.2.0).
 
 compat_tests/java/SparkCallsDriver.java replays them (see its header for where each comes from in Spark's
 connector): the driver's AdminClient plan (describeCluster, listTopics for subscribePattern,
@@ -89,7 +89,7 @@ def check_record(e, tag, acks_by_pos):
 
 def test_driver_is_kafka_clients_3_9(spark_calls):
     v = of(spark_calls.run(["version"]), "version")[0]
-    assert v["client_version"] == "3.9.0"
+    assert v["client_version"] == "3.9.2"  # the pinned Spark connector's (support.CLIENT_JARS)
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])

@@ -1,4 +1,4 @@
-"""Spark's own Kafka connector (spark-sql-kafka-0-10, Spark 4.0) against kbroker.
+"""Spark's own Kafka connector (spark-sql-kafka-0-10, Spark 4.2; 4.0.x with bench/spark_versions.sh) against kbroker.
 
 The connector jars (spark-sql-kafka-0-10_2.13 and spark-token-provider-kafka-0-10_2.13 of the installed
 pyspark, with the kafka-clients and commons-pool2 they name) come from Maven Central by coordinates:
@@ -41,6 +41,8 @@ BASE_TS = 1_700_000_000_000
 #: under a test that has not read it yet
 KEEP = {"retention.ms": "-1"}
 WINDOW_MS = 60_000
+#: Spark's Ivy cache for ``spark-submit --packages`` (spark.jars.ivy): filled from Maven Central once, then reused
+IVY_DIR = support.REPO_ROOT / ".cache" / "ivy"
 DELAY_MS = 30_000
 
 
@@ -77,7 +79,7 @@ def utc_ms(ts: dt.datetime) -> int:
 
 def produce(calls, bootstrap, topic, count, *, partitions=3, tag="spark", base_ts=BASE_TS, compression="lz4",
             extra=()):
-    """The Spark-calls driver's idempotent producer (kafka-clients 3.9.0): record i -> partition i % P,
+    """The Spark-calls driver's idempotent producer (kafka-clients 3.9.2): record i -> partition i % P,
     timestamp base_ts + i (``extra`` more driver options, e.g. ``--ts-step``), content spark_record(tag, i).
     Returns {(partition, offset): index}."""
     args = ["produce", "--bootstrap", bootstrap, "--topic", topic, "--count", str(count), "--tag", tag,
@@ -93,13 +95,18 @@ def produce(calls, bootstrap, topic, count, *, partitions=3, tag="spark", base_t
 def test_connector_jars_are_the_installed_sparks():
     """The connector in use is the installed pyspark's (connector_jars() fails otherwise), and the
     kafka-clients it brings is the one SparkCallsDriver runs on (compat_tests/test_spark_calls.py replays
-    the connector's client calls with it): a Spark upgrade that changes it must change both."""
+    the connector's client calls with it): a Spark upgrade that changes it must change both. On another
+    release (KBROKER_SPARK_VERSION, bench/spark_versions.sh) the connector brings its own kafka-clients,
+    one jar of it."""
     import pyspark
 
     names = sorted(os.path.basename(j) for j in support.connector_jars())
     assert f"spark-sql-kafka-0-10_2.13-{pyspark.__version__}.jar" in names
     assert f"spark-token-provider-kafka-0-10_2.13-{pyspark.__version__}.jar" in names
     clients = [n for n in names if n.startswith("kafka-clients-")]
+    if pyspark.__version__ != support.pinned_spark_version():
+        assert len(clients) == 1, clients
+        return
     assert clients == [support.CLIENT_JARS[0]], f"connector brings {clients}, SparkCallsDriver uses " \
         f"{support.CLIENT_JARS[0]} (java/pom.xml clients39)"
 
@@ -195,16 +202,26 @@ def test_pipeline_end_to_end_with_restart(spark, bootstrap_servers, tmp_path):
 
 
 def test_stream_job_command_line(bootstrap_servers, tmp_path):
-    """The example's own entry points as a user runs them (separate Python processes, the connector jars
-    passed with --jars): generator, stream_job --trigger availableNow, batch_job."""
+    """The example's own entry points as a user runs them, in the README's two forms: generator.py; then
+    ``spark-submit --jars <the cached jars, comma-separated>`` stream_job.py --trigger availableNow (offline);
+    then ``spark-submit --packages org.apache.spark:spark-sql-kafka-0-10_2.13:<pyspark version>`` batch_job.py,
+    Spark's own Ivy resolution from Maven Central (into .cache/ivy: ``spark.jars.ivy``, so later runs find
+    it there without the network). spark-submit is the pyspark wheel's, run with the venv first on PATH as
+    after ``. .venv/bin/activate``."""
     import subprocess
     import sys
 
+    import pyspark
+
     jars = ",".join(support.connector_jars())
     views, counts_topic = unique("page-views"), unique("page-view-counts")
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
-    env.pop(support.JARS_ENV, None)  # only --jars this time
     py = sys.executable
+    bindir = os.path.dirname(py)
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+           "PYSPARK_PYTHON": py}
+    env.pop(support.JARS_ENV, None)  # only what spark-submit is given
+    env.pop("SPARK_HOME", None)  # the wheel's Spark (find-spark-home)
+    submit = [os.path.join(bindir, "spark-submit"), "--master", "local[2]", "--conf", "spark.ui.enabled=false"]
     ex = support.EXAMPLE_DIR
     create_topic(bootstrap_servers, views, 3, KEEP)  # generator.py keeps an existing topic
     r = subprocess.run([py, str(ex / "generator.py"), "--bootstrap", bootstrap_servers, "--topic", views,
@@ -213,17 +230,21 @@ def test_stream_job_command_line(bootstrap_servers, tmp_path):
     assert r.returncode == 0, r.stderr
     published = json.loads(r.stdout.strip().splitlines()[-1])
     assert published["published"] == 600
-    r = subprocess.run([py, str(ex / "stream_job.py"), "--bootstrap", bootstrap_servers, "--input-topic", views,
-                        "--output-topic", counts_topic, "--checkpoint-dir", str(tmp_path / "ck"),
-                        "--parquet-dir", str(tmp_path / "out"), "--trigger", "availableNow", "--jars", jars],
+    r = subprocess.run([*submit, "--jars", jars, str(ex / "stream_job.py"), "--bootstrap", bootstrap_servers,
+                        "--input-topic", views, "--output-topic", counts_topic, "--checkpoint-dir", str(tmp_path / "ck"),
+                        "--parquet-dir", str(tmp_path / "out"), "--trigger", "availableNow"],
                        capture_output=True, text=True, timeout=400, env=env)
     assert r.returncode == 0, r.stderr[-5000:]
     ends = {int(p): o for p, o in published["end_offsets"].items()}
-    r = subprocess.run([py, str(ex / "batch_job.py"), "--bootstrap", bootstrap_servers, "--topic", views,
+    package = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
+    r = subprocess.run([*submit, "--packages", package, "--conf", f"spark.jars.ivy={IVY_DIR}",
+                        str(ex / "batch_job.py"), "--bootstrap", bootstrap_servers, "--topic", views,
                         "--starting-offsets", "earliest",
-                        "--ending-offsets", json.dumps({views: {str(p): o for p, o in ends.items()}}),
-                        "--jars", jars], capture_output=True, text=True, timeout=400, env=env)
+                        "--ending-offsets", json.dumps({views: {str(p): o for p, o in ends.items()}})],
+                       capture_output=True, text=True, timeout=400, env=env)
     assert r.returncode == 0, r.stderr[-5000:]
+    # Spark's Ivy put the connector of this pyspark in the cache (resolved from Maven Central on first use)
+    assert (IVY_DIR / "jars" / f"org.apache.spark_spark-sql-kafka-0-10_2.13-{pyspark.__version__}.jar").is_file()
     lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
     assert sum(x["views"] for x in lines) == 600
     import generator

@@ -3,7 +3,7 @@
 # java/pom.xml (one profile per destination) into .cache/:
 #
 #   clients    .cache/jars/          kafka-clients 4.3.1 + runtime jars (compat_tests/java/*Driver.java)
-#   clients39  .cache/jars-3.9/      kafka-clients 3.9.0, the client Spark 4.0's Kafka connector is built with
+#   clients39  .cache/jars-3.9/      kafka-clients 3.9.2, the client Spark 4.2's Kafka connector is built with
 #   clients44  .cache/jars-4.4/      kafka-clients 4.4.0 + runtime jars (the Java drivers with KBROKER_JAVA_CLIENT=4.4.0;
 #                                    not in the default set: compat_tests/conftest.py resolves it when asked)
 #   kafka      .cache/kafka-4.3.1/   Apache Kafka 4.3.1: broker, StorageTool and tools (kbroker.testing.kafka)
@@ -12,14 +12,16 @@
 #
 # <v> is the one place the Spark version is set: the pyspark pin (pyspark==<v>) of pyproject.toml's spark
 # extra, passed to Maven as -Dspark.version; the connector's POM brings the kafka-clients and commons-pool2
-# versions of that Spark release.
+# versions of that Spark release. KBROKER_SPARK_VERSION=<v> resolves another release's connector instead
+# (bench/spark_versions.sh runs the Spark tests on PySpark 4.0.x that way); Maven Central must serve it.
 #
 # Maven's local repository is .cache/m2, so once a profile has been resolved it is reused offline. A
 # destination is complete when its stamp (.cache/<dir>/.resolved) holds the hash of java/pom.xml; a changed
 # pom.xml resolves it again. Installs Maven (Debian's package) when mvn is missing.
 #
 # Usage: scripts/fetch_jars.sh [PROFILE ...]     (default: clients clients39 kafka streams spark)
-# Env:   KBROKER_M2_REPO   Maven local repository (default <repo>/.cache/m2)
+# Env:   KBROKER_M2_REPO        Maven local repository (default <repo>/.cache/m2)
+#        KBROKER_SPARK_VERSION  the Spark release of profile spark (default: the pyspark pin)
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,7 +30,7 @@ M2="${KBROKER_M2_REPO:-$REPO_ROOT/.cache/m2}"
 profiles=("$@")
 [[ ${#profiles[@]} -gt 0 ]] || profiles=(clients clients39 kafka streams spark)
 
-spark_version="$(grep -oE '"pyspark==[0-9][0-9A-Za-z.+-]*"' "$REPO_ROOT/pyproject.toml" | head -1 | cut -d= -f3 | tr -d '"')"
+spark_version="${KBROKER_SPARK_VERSION:-$(grep -oE '"pyspark==[0-9][0-9A-Za-z.+-]*"' "$REPO_ROOT/pyproject.toml" | head -1 | cut -d= -f3 | tr -d '"')}"
 if [[ -z "$spark_version" ]]; then
   echo "fetch_jars: no pyspark==<version> pin in $REPO_ROOT/pyproject.toml" >&2
   exit 2

@@ -1,5 +1,5 @@
-// SparkCallsDriver: the Kafka client calls that Spark 4.0's Kafka connector (spark-sql-kafka-0-10) makes,
-// on the Java client it is built with (kafka-clients 3.9.0), as a small CLI for kbroker's compat suite.
+// SparkCallsDriver: the Kafka client calls that Spark 4's Kafka connector (spark-sql-kafka-0-10) makes,
+// on the Java client it is built with (kafka-clients 3.9.2 for Spark 4.2.0), as a small CLI for kbroker's compat suite.
 // It talks to a broker over TCP and prints one JSON object per line on stdout; diagnostics go to stderr.
 //
 // Where each call comes from in Spark's connector (sources of Spark v4.0.0, external/kafka-0-10-sql):

@@ -1,10 +1,13 @@
 """Shared pieces of the Spark tests (compat_tests/test_spark_*.py).
 
 * ``SparkCalls``: runs compat_tests/java/SparkCallsDriver.java (compiled into .cache/spark-calls-classes/)
-  on kafka-clients 3.9.0 from .cache/jars-3.9/ (``scripts/fetch_jars.sh clients39``).
+  on kafka-clients 3.9.2 (the pinned Spark 4.2.0 connector's) from .cache/jars-3.9/
+  (``scripts/fetch_jars.sh clients39``).
 * ``connector_jars()``: Spark's Kafka connector for the installed pyspark, from .cache/spark-<version>/
   (``scripts/fetch_jars.sh spark``, run here when the directory is missing), or the jars listed in
-  ``KBROKER_SPARK_JARS`` when set (an override, see examples/clickstream/session.py).
+  ``KBROKER_SPARK_JARS`` when set (an override, see examples/clickstream/session.py). The version is the
+  pyspark pin of pyproject.toml, or ``KBROKER_SPARK_VERSION`` for a run on another release
+  (bench/spark_versions.sh, which installs that pyspark in a venv of its own).
 * ``spark_session()``: one local SparkSession per test process, bound to loopback, with those jars.
 * ``require_pyspark()``: pyspark, or skip with the reason (never a skip in CI: ``./dev.sh test`` installs it,
   so a missing pyspark fails there).
@@ -31,10 +34,11 @@ EXAMPLE_DIR = REPO_ROOT / "examples" / "clickstream"
 DRIVER_SOURCE = REPO_ROOT / "compat_tests" / "java" / "SparkCallsDriver.java"
 CLASSES_DIR = Path(os.environ.get("KBROKER_SPARK_CALLS_CLASSES", REPO_ROOT / ".cache" / "spark-calls-classes"))
 CLIENT_JARS_DIR = Path(os.environ.get("KBROKER_SPARK_CLIENT_JARS_DIR", REPO_ROOT / ".cache" / "jars-3.9"))
-CLIENT_JARS = ("kafka-clients-3.9.0.jar", ".resolved")  # scripts/fetch_jars.sh clients39 (java/pom.xml)
+CLIENT_JARS = ("kafka-clients-3.9.2.jar", ".resolved")  # scripts/fetch_jars.sh clients39 (java/pom.xml)
 FETCH_SCRIPT = REPO_ROOT / "scripts" / "fetch_jars.sh"
 
 JARS_ENV = "KBROKER_SPARK_JARS"
+VERSION_ENV = "KBROKER_SPARK_VERSION"
 CONNECTOR_JAR = "spark-sql-kafka-0-10_2.13-{version}.jar"
 
 if str(EXAMPLE_DIR) not in sys.path:
@@ -150,16 +154,24 @@ def pinned_spark_version() -> str:
     return m.group(1)
 
 
+def spark_version_under_test() -> str:
+    """The Spark release the tests run: ``KBROKER_SPARK_VERSION`` when set (a run on another release,
+    bench/spark_versions.sh; scripts/fetch_jars.sh reads the same variable), else the pin."""
+    return os.environ.get(VERSION_ENV) or pinned_spark_version()
+
+
 def connector_jars_dir(version: str) -> Path:
     return REPO_ROOT / ".cache" / f"spark-{version}"
 
 
 def _cached_connector_jars() -> list[str]:
     """.cache/spark-<pyspark version>/*.jar, running scripts/fetch_jars.sh spark when it is not there yet.
-    The installed pyspark must be the pinned one (the cache is resolved for the pin)."""
-    installed, pinned = require_pyspark().__version__, pinned_spark_version()
+    The installed pyspark must be the pinned one (or ``KBROKER_SPARK_VERSION``'s): the cache is resolved
+    for that version."""
+    installed, pinned = require_pyspark().__version__, spark_version_under_test()
     if installed != pinned:
-        pytest.fail(f"pyspark {installed} is installed but pyproject.toml pins {pinned}: "
+        source = VERSION_ENV if os.environ.get(VERSION_ENV) else "pyproject.toml's pin"
+        pytest.fail(f"pyspark {installed} is installed but {source} is {pinned}: "
                     "pip install -e '.[spark]' (./dev.sh test does)", pytrace=False)
     directory = connector_jars_dir(pinned)
     if not (directory / ".resolved").is_file():

@@ -2,7 +2,7 @@
 
     python examples/clickstream/stream_job.py --bootstrap localhost:9092 \\
         --checkpoint-dir /tmp/clickstream/checkpoints --parquet-dir /tmp/clickstream/counts \\
-        [--jars spark-sql-kafka-0-10_2.13-4.0.0.jar,...] [--trigger availableNow]
+        [--jars spark-sql-kafka-0-10_2.13-4.2.0.jar,...] [--trigger availableNow]
 
 Reads ``page-views`` with ``spark.readStream.format("kafka")``, parses the JSON events, applies an
 event-time watermark and counts views per page per window; each window is emitted once, when the
