@@ -1,4 +1,4 @@
-"""Kafka Streams applications on one broker (issue 35, item 1; the classic group protocol).
+"""Kafka Streams applications on one broker (issue 35, items 1 and 2: the classic and the streams group protocols).
 
 Each app is compat_tests/java/StreamsDriver.java (kafka-streams 4.3.1 from Maven Central, ``scripts/fetch_jars.sh
 streams``) in its own JVM, with ``processing.guarantee=exactly_once_v2`` and the record cache off, so every update
@@ -12,6 +12,10 @@ reaches the output. The input is known; the output is read from the start with `
   passed the window's end plus grace, and nothing for the windows still open or for a record past the grace;
 * running sums with ``num.standby.replicas=1`` and two instances: each instance holds standby replicas of the
   other's tasks; after a kill -9 of one, the other takes over from its standbys and the sums stay exact.
+
+Each app runs with the classic group protocol and with the streams rebalance protocol (KIP-1071,
+``group.protocol=streams``: the broker's streams group assigns the tasks); ``test_streams_group_describe_and_list``
+checks StreamsGroupDescribe, ListGroups and DescribeGroups of a running streams group.
 
 The 3-node cluster with kills is compat_tests/test_streams_cluster.py.
 """
@@ -66,8 +70,9 @@ def assert_counts_run_one_to_n(records: list[tuple[int, int, str | None, str | N
 
 
 @pytest.mark.kafka_reference  # ~50 s against Kafka
+@pytest.mark.parametrize("group_protocol", ["classic", "streams"])
 def test_word_count_exactly_once(streams_apps: Callable[..., StreamsApp], bootstrap_servers: str,
-                                 topic_factory: Callable[..., str]) -> None:
+                                 topic_factory: Callable[..., str], group_protocol: str) -> None:
     """Word count with exactly_once_v2: input produced before and while the app runs; the read_committed output
     holds each word's counts 1..n exactly once. The internal topics carry Kafka Streams' names and configs; the
     records of the repartition topic the app has consumed are purged (Admin deleteRecords, every
@@ -77,7 +82,8 @@ def test_word_count_exactly_once(streams_apps: Callable[..., StreamsApp], bootst
     app_id = unique("wordcount")
     repartition, changelog = f"{app_id}-words-repartition", f"{app_id}-counts-changelog"
     first, second, third = word_lines(60, 1), word_lines(60, 2), word_lines(60, 3)
-    opts = {"input": source, "output": sink, "prop": ["repartition.purge.interval.ms=500"]}
+    opts = {"input": source, "output": sink,
+            "prop": ["repartition.purge.interval.ms=500", f"group.protocol={group_protocol}"]}
     produce(bootstrap_servers, source, [(None, line, None) for line in first])
     app = streams_apps("wordcount", "wc", bootstrap_servers, app_id, **opts)
     app.wait_running(timeout=90, active=6)  # 3 source tasks and 3 count tasks (the repartition topic)
@@ -165,8 +171,9 @@ def expected_join(events: list[tuple[str, str, str | None, int]]) -> dict[str, l
 
 
 @pytest.mark.kafka_reference  # ~25 s against Kafka
+@pytest.mark.parametrize("group_protocol", ["classic", "streams"])
 def test_ktable_ktable_join(streams_apps: Callable[..., StreamsApp], bootstrap_servers: str,
-                            topic_factory: Callable[..., str]) -> None:
+                            topic_factory: Callable[..., str], group_protocol: str) -> None:
     """Two tables from co-partitioned topics, inner-joined: the output, per key, is exactly the model's. All input
     is written first, so each task replays its two partitions in timestamp order."""
     left, right, sink = topic_factory(2), topic_factory(2), topic_factory(2)
@@ -174,7 +181,8 @@ def test_ktable_ktable_join(streams_apps: Callable[..., StreamsApp], bootstrap_s
     produce(bootstrap_servers, left, [(k, v, ts) for side, k, v, ts in events if side == "L"])
     produce(bootstrap_servers, right, [(k, v, ts) for side, k, v, ts in events if side == "R"])
     expected = expected_join(events)
-    app = streams_apps("join", "join", bootstrap_servers, unique("join"), input=left, input2=right, output=sink)
+    app = streams_apps("join", "join", bootstrap_servers, unique("join"), input=left, input2=right, output=sink,
+                       prop=[f"group.protocol={group_protocol}"])
     records = read_committed(bootstrap_servers, sink, 2, sum(map(len, expected.values())), timeout=90)
     assert by_key(records) == expected
     assert not app.errors(), app.errors()
@@ -215,16 +223,18 @@ def expected_suppress(records: list[tuple[str, int]]) -> dict[str, list[str]]:
     return {f"{k}@{s}": [str(n)] for (k, s), n in counts.items() if s + WINDOW_MS <= stream_time - GRACE_MS}
 
 
+@pytest.mark.parametrize("group_protocol", ["classic", "streams"])
 def test_windowed_count_with_suppress_until_window_closes(streams_apps: Callable[..., StreamsApp],
                                                           bootstrap_servers: str,
-                                                          topic_factory: Callable[..., str]) -> None:
+                                                          topic_factory: Callable[..., str],
+                                                          group_protocol: str) -> None:
     """Tumbling 10 s windows with 2 s grace, counted and suppressed until each window closes: one final count per
     closed window, none for the open ones or for the dropped late records."""
     source, sink = topic_factory(1), topic_factory(1)
     records = suppress_input(5)
     expected = expected_suppress(records)
     app = streams_apps("suppress", "suppress", bootstrap_servers, unique("suppress"), input=source, output=sink,
-                       window_ms=WINDOW_MS, grace_ms=GRACE_MS)
+                       window_ms=WINDOW_MS, grace_ms=GRACE_MS, prop=[f"group.protocol={group_protocol}"])
     app.wait_running(timeout=90, active=1)
     produce(bootstrap_servers, source, [(k, "x", ts) for k, ts in records])
     got = read_committed(bootstrap_servers, sink, 1, len(expected), timeout=90)
@@ -235,15 +245,21 @@ def test_windowed_count_with_suppress_until_window_closes(streams_apps: Callable
 # ============================================================================================ standby replicas
 
 
+@pytest.mark.parametrize("group_protocol", ["classic", "streams"])
 def test_standby_replicas_take_over_after_kill9(streams_apps: Callable[..., StreamsApp], bootstrap_servers: str,
-                                                topic_factory: Callable[..., str]) -> None:
-    """Running sums with ``num.standby.replicas=1`` and two instances: each is active for one task and keeps a
+                                                topic_factory: Callable[..., str], group_protocol: str) -> None:
+    """Running sums with one standby replica per task and two instances: each is active for one task and keeps a
     standby replica of the other's. After a kill -9 of one, the other runs both tasks from its standby's state
     (it restores only what the standby had not yet read, not the changelog from its start), and the running sums
-    stay exact."""
+    stay exact. With the classic protocol the app's ``num.standby.replicas=1`` decides; with the streams protocol
+    (KIP-1071) the group config ``streams.num.standby.replicas=1`` does (set before the app starts), and the killed
+    member leaves the group after the streams session timeout (45 s, the least ``group.streams.min.session.timeout.ms``
+    allows)."""
     source, sink = topic_factory(2), topic_factory(2)
     app_id = unique("sums")
-    opts = {"input": source, "output": sink, "standby": 1}
+    opts: dict[str, Any] = {"input": source, "output": sink, "standby": 1, "prop": [f"group.protocol={group_protocol}"]}
+    if group_protocol == "streams":
+        set_group_config(bootstrap_servers, app_id, "streams.num.standby.replicas", "1")
     a = streams_apps("sum", "a", bootstrap_servers, app_id, **opts)
     b = streams_apps("sum", "b", bootstrap_servers, app_id, **opts)
     a.wait_running(timeout=90, active=1, standby=1)
@@ -257,7 +273,7 @@ def test_standby_replicas_take_over_after_kill9(streams_apps: Callable[..., Stre
     a_task = a.tasks()["active"][0]
     mark = len(b.snapshot())
     a.kill()
-    b.wait_running(timeout=60, active=2, standby=0)
+    b.wait_running(timeout=60 if group_protocol == "classic" else 100, active=2, standby=0)
     produce(bootstrap_servers, source, [(k, v, None) for k, v in second])
     expected: dict[str | None, list[str | None]] = {}
     totals: collections.Counter[str] = collections.Counter()
@@ -272,3 +288,140 @@ def test_standby_replicas_take_over_after_kill9(streams_apps: Callable[..., Stre
     assert restores and all(e["start"] > 0 for e in restores), \
         f"b restored {a_task} from the changelog's start: {restores}"
     assert not b.errors(), b.errors()
+
+
+# ============================================================================================ streams groups
+
+
+def set_group_config(bootstrap: str, group: str, key: str, value: str) -> None:
+    """IncrementalAlterConfigs SET of a group config (ConfigResource type GROUP, 32), as kafka-configs
+    ``--entity-type groups`` sends it."""
+    from kbroker.cli._wire import WireClient
+    from kbroker.protocol import messages as m
+
+    R = m.IncrementalAlterConfigsRequest
+    req = R(resources=[R.AlterConfigsResource(resource_type=32, resource_name=group, configs=[
+        R.AlterableConfig(name=key, config_operation=0, value=value)])])
+    with WireClient(bootstrap) as wire:
+        resp = wire.send(req)
+    assert [(r.error_code, r.error_message) for r in resp.responses] == [(0, None)], resp
+
+
+def _streams_coordinator(wire: Any, group: str) -> Any:
+    from kbroker.protocol import messages as m
+
+    deadline = time.monotonic() + 30
+    while True:
+        found = wire.send(m.FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4).coordinators[0]
+        if found.error_code == 0:
+            return wire.node(found.node_id)
+        assert time.monotonic() < deadline, f"no coordinator for {group}: error {found.error_code}"
+        time.sleep(0.5)
+
+
+def test_streams_group_describe_and_list(streams_apps: Callable[..., StreamsApp], bootstrap_servers: str,
+                                         topic_factory: Callable[..., str]) -> None:
+    """Word count with ``group.protocol=streams`` (KIP-1071): StreamsGroupDescribe v0 shows the group Stable with the
+    app's topology (subtopology 0 reads the input and writes the repartition topic; subtopology 1 reads that and
+    keeps the ``counts`` changelog) and its one member (one stream thread) owning all six active tasks at the
+    assignment epoch, current and target assignment alike; ListGroups lists it as a ``streams`` group; the classic
+    DescribeGroups does not describe it (GROUP_ID_NOT_FOUND). Kafka's ``kafka-streams-groups`` tool lists it and
+    describes its offsets, state and members."""
+    from kbroker.cli._wire import WireClient
+    from kbroker.protocol import messages as m
+
+    source, sink = topic_factory(3), topic_factory(3)
+    app_id = unique("describe")
+    app = streams_apps("wordcount", "wc", bootstrap_servers, app_id, input=source, output=sink,
+                       prop=["group.protocol=streams"])
+    app.wait_running(timeout=90, active=6)
+    with WireClient(bootstrap_servers) as wire:
+        conn = _streams_coordinator(wire, app_id)
+
+        def describe() -> Any:
+            resp = conn.send(m.StreamsGroupDescribeRequest(group_ids=[app_id]), 0)
+            assert len(resp.groups) == 1 and resp.groups[0].error_code == 0, resp
+            return resp.groups[0]
+
+        deadline = time.monotonic() + 30
+        while (g := describe()).group_state != "Stable":
+            assert time.monotonic() < deadline, f"group not Stable: {g}"
+            time.sleep(0.5)
+        assert g.group_id == app_id and g.group_epoch >= g.assignment_epoch >= 1
+        subs = {s.subtopology_id: s for s in g.topology.subtopologies}
+        assert sorted(subs) == ["0", "1"]
+        assert subs["0"].source_topics == [source]
+        assert subs["0"].repartition_sink_topics == [f"{app_id}-words-repartition"]
+        assert [t.name for t in subs["1"].repartition_source_topics] == [f"{app_id}-words-repartition"]
+        assert [t.name for t in subs["1"].state_changelog_topics] == [f"{app_id}-counts-changelog"]
+        assert len(g.members) == 1
+        member = g.members[0]
+        assert member.member_epoch == g.assignment_epoch and member.process_id
+        active = {(t.subtopology_id, p) for t in member.assignment.active_tasks for p in t.partitions}
+        assert active == {(s, p) for s in ("0", "1") for p in range(3)}
+        assert not member.assignment.standby_tasks and not member.assignment.warmup_tasks
+        target = {(t.subtopology_id, p) for t in member.target_assignment.active_tasks for p in t.partitions}
+        assert target == active
+
+        listed = conn.send(m.ListGroupsRequest(types_filter=["streams"]), 5).groups
+        assert [(x.group_id, x.protocol_type, x.group_state, x.group_type) for x in listed
+                if x.group_id == app_id] == [(app_id, "streams", "Stable", "streams")]
+        classic = conn.send(m.DescribeGroupsRequest(groups=[app_id]), 6).groups[0]
+        assert (classic.error_code, classic.error_message) == (69, f"Group {app_id} is not a classic group."), \
+            classic  # GROUP_ID_NOT_FOUND
+
+    # Kafka's own kafka-streams-groups (StreamsGroupCommand: Admin listGroups, describeStreamsGroups,
+    # listStreamsGroupOffsets) reads the same group
+    def tool(*args: str) -> list[list[str]]:
+        from kbroker.testing.kafka import run_kafka_tool
+
+        r = run_kafka_tool("org.apache.kafka.tools.streams.StreamsGroupCommand", "--bootstrap-server",
+                           bootstrap_servers, *args, timeout=90)
+        assert r.returncode == 0, (args, r.stdout, r.stderr[-2000:])
+        return [line.split() for line in r.stdout.splitlines() if line.strip() and not line[:4].isdigit()]
+
+    assert [app_id] in tool("--list")
+    assert [app_id, "Stable"] in tool("--list", "--state")
+    offsets = tool("--describe", "--group", app_id)
+    assert offsets[0] == ["GROUP", "TOPIC", "PARTITION", "OFFSET-LAG"]
+    assert sorted(offsets[1:]) == sorted([app_id, t, str(p), "0"] for t in (source, f"{app_id}-words-repartition")
+                                         for p in range(3))
+    state = tool("--describe", "--group", app_id, "--state", "--verbose")
+    assert state[0] == ["GROUP", "COORDINATOR", "(ID)", "STATE", "GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH", "#MEMBERS"]
+    assert [state[1][0]] + state[1][3:] == [app_id, "Stable", str(g.group_epoch), str(g.assignment_epoch), "1"]
+    members = tool("--describe", "--group", app_id, "--members", "--verbose")
+    assert members[0] == ["GROUP", "TARGET-ASSIGNMENT-EPOCH", "TOPOLOGY-EPOCH", "MEMBER", "MEMBER-PROTOCOL",
+                          "MEMBER-EPOCH", "PROCESS", "CLIENT-ID", "ASSIGNMENTS"]
+    row = members[1]
+    assert row[:7] == [app_id, str(g.assignment_epoch), "0", member.member_id, "streams", str(member.member_epoch),
+                       member.process_id]
+    assert row[7].endswith("-StreamThread-1-consumer")
+    assert row[8:] == ["ACTIVE:", "0:[0,1,2];", "1:[0,1,2];", "TARGET-ACTIVE:", "0:[0,1,2];", "1:[0,1,2];"]
+
+    # kbroker's kbroker-streams-groups prints what kafka-streams-groups prints (rows sorted: Kafka's come in hash
+    # order)
+    import subprocess
+    import sys
+
+    from kbroker.testing.kafka import run_kafka_tool
+
+    for args in (["--list"], ["--list", "--state"], ["--describe", "--group", app_id],
+                 ["--describe", "--group", app_id, "--state"],
+                 ["--describe", "--group", app_id, "--state", "--verbose"],
+                 ["--describe", "--group", app_id, "--members"],
+                 ["--describe", "--group", app_id, "--members", "--verbose"]):
+        theirs = run_kafka_tool("org.apache.kafka.tools.streams.StreamsGroupCommand", "--bootstrap-server",
+                                bootstrap_servers, *args, timeout=90)
+        ours = subprocess.run([sys.executable, "-m", "kbroker.cli.streams_groups", "--bootstrap-server",
+                               bootstrap_servers, *args], capture_output=True, text=True, timeout=60)
+        assert ours.returncode == theirs.returncode == 0, (args, ours.stderr[-2000:], theirs.stderr[-2000:])
+
+        def rows(text: str) -> list[str]:
+            got = [line.rstrip() for line in text.splitlines() if line.strip() and not line[:4].isdigit()]
+            return got[:1] + sorted(got[1:]) if got and got[0].startswith("GROUP") else sorted(got)
+
+        if args == ["--list"] or args == ["--list", "--state"]:  # other tests' groups come and go meanwhile
+            assert [r for r in rows(ours.stdout) if app_id in r] == [r for r in rows(theirs.stdout) if app_id in r]
+        else:
+            assert rows(ours.stdout) == rows(theirs.stdout), args
+    assert not app.errors(), app.errors()

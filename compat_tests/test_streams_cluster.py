@@ -25,7 +25,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -146,7 +146,8 @@ class InputWriter(threading.Thread):
 
 
 def run_word_count_through(cluster: KbrokerCluster, streams_apps: Callable[..., StreamsApp], seed: int,
-                           kill: Callable[[str, StreamsApp, StreamsApp], None]) -> tuple[StreamsApp, StreamsApp]:
+                           kill: Callable[[str, StreamsApp, StreamsApp], None],
+                           options: dict[str, Any] = STREAMS_OPTIONS) -> tuple[StreamsApp, StreamsApp]:
     """Two word-count instances sharing the six tasks; a producer writes ``LINES`` lines; ``kill(app_id, a, b)``
     runs once a quarter of them are written and every output partition has committed records; then the rest of
     the input, and the read_committed output checked: each word's counts run 1..n. Prints the figures."""
@@ -154,8 +155,8 @@ def run_word_count_through(cluster: KbrokerCluster, streams_apps: Callable[..., 
     source, sink = unique("streams-in"), unique("streams-out")
     create_topics(boot, source, sink)
     app_id = unique("wc")
-    a = streams_apps("wordcount", "a", boot, app_id, input=source, output=sink, **STREAMS_OPTIONS)
-    b = streams_apps("wordcount", "b", boot, app_id, input=source, output=sink, **STREAMS_OPTIONS)
+    a = streams_apps("wordcount", "a", boot, app_id, input=source, output=sink, **options)
+    b = streams_apps("wordcount", "b", boot, app_id, input=source, output=sink, **options)
     wait_until(lambda: a.tasks()["state"] == b.tasks()["state"] == "RUNNING"
                and len(a.tasks()["active"]) + len(b.tasks()["active"]) == 2 * PARTITIONS, 90,
                "both instances RUNNING with the 6 tasks between them")
@@ -203,12 +204,16 @@ def test_word_count_through_kill_of_a_streams_instance(cluster: KbrokerCluster,
     assert not b.errors(), b.errors()
 
 
-def test_word_count_through_kill_of_the_input_leader(cluster: KbrokerCluster,
-                                                     streams_apps: Callable[..., StreamsApp]) -> None:
+@pytest.mark.parametrize("group_protocol", ["classic", "streams"])
+def test_word_count_through_kill_of_the_input_leader(cluster: KbrokerCluster, streams_apps: Callable[..., StreamsApp],
+                                                     group_protocol: str) -> None:
+    """With ``group.protocol=streams`` too (KIP-1071): the streams group's coordinator may be a node that is not the
+    active controller (the internal topics are then created through it), and may be the node killed."""
     def kill(app_id: str, a: StreamsApp, b: StreamsApp) -> None:
         cluster.kill(partition_leader(cluster.bootstrap, option(a, "input"), 0))
 
-    a, b = run_word_count_through(cluster, streams_apps, 12, kill)
+    options = {**STREAMS_OPTIONS, "prop": STREAMS_OPTIONS["prop"] + [f"group.protocol={group_protocol}"]}
+    a, b = run_word_count_through(cluster, streams_apps, 12, kill, options)
 
 
 def test_word_count_through_kill_of_the_transaction_coordinator(cluster: KbrokerCluster,

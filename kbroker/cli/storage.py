@@ -120,8 +120,8 @@ def format_command(args: Any) -> int:
             chosen[name] = int(level)
         elif (name, level) not in {("metadata.version", "30"), ("group.version", "1"), ("kraft.version", "0")}:
             raise CliError(f"unsupported feature level {feature!r}: kbroker bootstraps metadata.version=30, "
-                           "group.version=1, transaction.version 0, 1 or 2 (default 2) and share.version 0 or 1 "
-                           "(default 1)")
+                           "group.version=1, transaction.version 0, 1 or 2 (default 2), share.version 0 or 1 "
+                           "(default 1) and streams.version 0 or 1 (default 1)")
     scram_records = [parse_add_scram(arg) for arg in args.add_scram]
     from kbroker.controller.quorum_controller import parse_quorum_voters
 

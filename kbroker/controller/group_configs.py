@@ -96,7 +96,8 @@ GROUP_DOCS: dict[str, str] = {
 }
 
 #: group keys kbroker's coordinator acts on (the others are validated, stored and described)
-USED_GROUP_KEYS = frozenset({"consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"})
+USED_GROUP_KEYS = frozenset({"consumer.session.timeout.ms", "consumer.heartbeat.interval.ms",
+                             "consumer.assignment.interval.ms", "share.assignment.interval.ms"})
 
 #: group key -> the broker key whose value is the group's default (None: the key's own default).
 GROUP_BROKER_SYNONYMS: dict[str, str | None] = {

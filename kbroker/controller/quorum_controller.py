@@ -134,22 +134,25 @@ METADATA_VERSION_LEVEL = 30
 MINIMUM_METADATA_VERSION_LEVEL = 7
 #: Finalized feature levels written on the first start, as Kafka 4.3 formats a cluster at its latest release:
 #: ``transaction.version`` 2 (KIP-890 part 2: an epoch bump per transaction, implicit partition adds; Kafka's
-#: default from metadata.version 4.0-IV2 on) and ``share.version`` 1 (share groups, KIP-932, as Kafka 4.2+).
+#: default from metadata.version 4.0-IV2 on), ``share.version`` 1 (share groups, KIP-932, as Kafka 4.2+) and
+#: ``streams.version`` 1 (streams groups, KIP-1071; Kafka's default from metadata.version 4.2-IV1 on).
 #: ``kbroker-storage format --feature name=N`` bootstraps another level (kept in ``bootstrap.checkpoint``);
 #: clusters started before keep theirs.
 BOOTSTRAP_FEATURES: dict[str, int] = {"metadata.version": METADATA_VERSION_LEVEL, "group.version": 1,
-                                      "transaction.version": 2, "share.version": 1}
+                                      "transaction.version": 2, "share.version": 1, "streams.version": 1}
 #: Feature ranges this node supports (registered with the broker, checked by :meth:`update_features`).
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     "metadata.version": (MINIMUM_METADATA_VERSION_LEVEL, METADATA_VERSION_LEVEL),
     "group.version": (0, 1),
     "transaction.version": (0, 2),
     "share.version": (0, 1),
+    "streams.version": (0, 1),
 }
 
 #: Feature levels ``kbroker-storage format --feature`` may bootstrap instead of ``BOOTSTRAP_FEATURES``.
 FORMAT_FEATURES: dict[str, frozenset[int]] = {"transaction.version": frozenset({0, 1, 2}),
-                                               "share.version": frozenset({0, 1})}
+                                               "share.version": frozenset({0, 1}),
+                                               "streams.version": frozenset({0, 1})}
 
 #: Producer ids handed out per AllocateProducerIds call (Kafka's block size).
 PRODUCER_ID_BLOCK_SIZE = 1000

@@ -563,6 +563,32 @@ def _share_group_describe(v: int, n: Names, seq: str) -> list[Step]:
         group_ids=[n.group(seq), n.group("none")]))]
 
 
+def _streams_hb(n: Names, seq: str, v: int, compare: bool = True) -> list[Step]:
+    """A StreamsGroupHeartbeat of one member whose topology reads ``n.topic`` (no internal topics): it joins (epoch
+    0, the topology, empty task lists), then heartbeats with the epoch it was given."""
+    H = m.StreamsGroupHeartbeatRequest
+    member = ("T" + seq.replace(" ", "").replace("-", ""))[:22].ljust(22, "x")
+
+    def body(ctx: Ctx) -> Any:
+        epoch = ctx.vars.get("streams_epoch", 0)
+        joining = epoch == 0
+        topology = H.Topology(epoch=0, subtopologies=[H.Subtopology(subtopology_id="0", source_topics=[n.topic])])
+        return H(group_id=n.group(seq), member_id=member, member_epoch=epoch,
+                 rebalance_timeout_ms=30_000 if joining else -1, topology=topology if joining else None,
+                 process_id="process-" + member if joining else None, active_tasks=[] if joining else None,
+                 standby_tasks=[] if joining else None, warmup_tasks=[] if joining else None)
+    return [S(K.STREAMS_GROUP_HEARTBEAT, v, body, capture=_cap(streams_epoch="member_epoch"), compare=compare)]
+
+
+def _streams_group_heartbeat(v: int, n: Names, seq: str) -> list[Step]:
+    return _streams_hb(n, seq, v) + _streams_hb(n, seq, v)
+
+
+def _streams_group_describe(v: int, n: Names, seq: str) -> list[Step]:
+    return _streams_hb(n, seq, 0) + [S(K.STREAMS_GROUP_DESCRIBE, v, m.StreamsGroupDescribeRequest(
+        group_ids=[n.group(seq), n.group("none")], include_authorized_operations=False))]
+
+
 def _telemetry(v: int, n: Names, seq: str) -> list[Step]:
     return [S(K.GET_TELEMETRY_SUBSCRIPTIONS, v, m.GetTelemetrySubscriptionsRequest())]
 
@@ -616,6 +642,7 @@ BUILDERS: dict[int, Callable[[int, Names, str], list[Step]]] = {
     K.DESCRIBE_CLIENT_QUOTAS: _client_quotas, K.DESCRIBE_QUORUM: _describe_quorum,
     K.CONSUMER_GROUP_HEARTBEAT: _consumer_group_heartbeat, K.CONSUMER_GROUP_DESCRIBE: _consumer_group_describe,
     K.SHARE_GROUP_HEARTBEAT: _share_group_heartbeat, K.SHARE_GROUP_DESCRIBE: _share_group_describe,
+    K.STREAMS_GROUP_HEARTBEAT: _streams_group_heartbeat, K.STREAMS_GROUP_DESCRIBE: _streams_group_describe,
     K.GET_TELEMETRY_SUBSCRIPTIONS: _telemetry, K.DESCRIBE_TRANSACTIONS: _describe_transactions,
     K.LIST_TRANSACTIONS: _list_transactions, K.DESCRIBE_TOPIC_PARTITIONS: _describe_topic_partitions,
     K.DESCRIBE_PRODUCERS: _describe_producers, K.ELECT_LEADERS: _elect_leaders,

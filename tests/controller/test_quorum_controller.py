@@ -130,9 +130,9 @@ def test_metadata_log_layout(tmp_path, make):
                 assert r.key is None
                 decode_metadata_record(r.value)
     types = [type(decode_metadata_record(r.value)).__name__ for b, rs in batches if not b.is_control for r in rs]
-    assert types[:7] == ["FeatureLevelRecord"] * 4 + ["ConfigRecord", "RegisterBrokerRecord",
+    assert types[:8] == ["FeatureLevelRecord"] * 5 + ["ConfigRecord", "RegisterBrokerRecord",
                                                       "BrokerRegistrationChangeRecord"]
-    assert types[7:] == ["TopicRecord", "PartitionRecord", "PartitionRecord"]
+    assert types[8:] == ["TopicRecord", "PartitionRecord", "PartitionRecord"]
     assert qc.image.offset == expected_offset - 1
 
 
@@ -536,7 +536,8 @@ def test_feature_updates(make):
         with pytest.raises(KafkaError) as exc:
             qc.update_features(bad)
         assert exc.value.code == E.INVALID_UPDATE_VERSION
-    assert _restart(qc).image.features == {"metadata.version": 30, "transaction.version": 2, "share.version": 1}
+    assert _restart(qc).image.features == {"metadata.version": 30, "transaction.version": 2, "share.version": 1,
+                                           "streams.version": 1}
 
 
 def test_image_requires_startup(tmp_path):
@@ -576,9 +577,11 @@ def test_brokers_register_their_feature_ranges_and_updates_respect_them(make):
     assert "does not support finalized version 1 of group.version" in exc.value.message
     reg = qc.register_broker(ep, broker_id=2, incarnation_id=b"\x02" * 16,
                              features={"metadata.version": (7, 30), "group.version": (1, 1),
-                                       "transaction.version": (0, 2), "share.version": (0, 1)})
+                                       "transaction.version": (0, 2), "share.version": (0, 1),
+                                       "streams.version": (0, 1)})
     assert dict(reg.supported_features) == {"metadata.version": (7, 30), "group.version": (1, 1),
-                                            "transaction.version": (0, 2), "share.version": (0, 1)}
+                                            "transaction.version": (0, 2), "share.version": (0, 1),
+                                            "streams.version": (0, 1)}
     with pytest.raises(KafkaError) as exc:
         qc.update_features({"group.version": 0})
     assert exc.value.message == "Invalid update version 0 for feature group.version. Broker 2 only supports versions 1"

@@ -3,6 +3,7 @@ replay (a coordinator rebuilt from the log has the same groups)."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
@@ -163,6 +164,9 @@ class CGHarness(Harness):
         self.image = img or image({"t1": (T1, 6), "t2": (T2, 3)})
         kw.setdefault("consumer_group_heartbeat_interval_ms", 500)
         kw.setdefault("consumer_group_session_timeout_ms", 6000)
+        # most tests follow one rebalance step by step: no assignment interval (tests of the interval set it)
+        kw.setdefault("consumer_group_assignment_interval_ms", 0)
+        kw.setdefault("share_group_assignment_interval_ms", 0)
         super().__init__(**kw)
 
     def _build(self, partition: int, timer: Any) -> GroupCoordinatorShard:
@@ -217,12 +221,13 @@ def assignment_of(h: CGHarness, group: str) -> dict[str, dict[bytes, set[int]]]:
 def test_first_member_joins_and_gets_every_partition():
     h = CGHarness()
     r = h.hb("g", "m1", 0, topics=["t1"])
-    assert r.error_code == 0 and r.member_id == "m1" and r.member_epoch == 1 and r.heartbeat_interval_ms == 500
+    assert r.error_code == 0 and r.member_id == "m1" and r.member_epoch == 2 and r.heartbeat_interval_ms == 500
     assert owned_of(r) == [(T1, [0, 1, 2, 3, 4, 5])]
     g = h.cg("g")
-    assert (g.group_epoch, g.assignment_epoch, g.state.value) == (1, 1, "Stable")
+    # a new group is at epoch 1 (as Kafka): the join bumps it to 2
+    assert (g.group_epoch, g.assignment_epoch, g.state.value) == (2, 2, "Stable")
     # a plain heartbeat: no assignment in the response (nothing changed)
-    r2 = h.hb("g", "m1", 1)
+    r2 = h.hb("g", "m1", 2)
     assert r2.error_code == 0 and r2.assignment is None
 
 
@@ -244,27 +249,27 @@ def test_a_join_that_cannot_be_stored_changes_and_logs_nothing(caplog):
     assert lines == []
     h.writer.fail_with = None
     r = h.hb("g", "m1", 0, topics=["t1"])
-    assert (r.error_code, r.member_epoch) == (0, 1)
+    assert (r.error_code, r.member_epoch) == (0, 2)
     lines = [r.getMessage() for r in caplog.records if r.name.endswith("consumer_ops")]
-    assert lines == ["group g: member m1 joins (consumer protocol)", "group g: group epoch 1",
-                     "group g: target assignment for epoch 1 computed with the uniform assignor"], lines
+    assert lines == ["group g: member m1 joins (consumer protocol)", "group g: group epoch 2",
+                     "group g: target assignment for epoch 2 computed with the uniform assignor"], lines
 
 
 def test_second_member_gets_partitions_only_after_the_first_revoked_them():
     h = CGHarness()
     a = h.hb("g", "a", 0, topics=["t1"])
     b = h.hb("g", "b", 0, topics=["t1"])
-    assert b.member_epoch == 2 and owned_of(b) == []  # everything is still held by a
+    assert b.member_epoch == 3 and owned_of(b) == []  # everything is still held by a
     assert h.cg("g").state.value == "Reconciling"
     # a is told to revoke 3 partitions (same epoch)
     a2 = h.hb("g", "a", a.member_epoch, owned=owned_of(a))
-    assert a2.member_epoch == 1 and len(owned_of(a2)[0][1]) == 3
+    assert a2.member_epoch == 2 and len(owned_of(a2)[0][1]) == 3
     assert h.cg("g").members["a"].state is MemberState.UNREVOKED_PARTITIONS
     # b asks again: still nothing while a holds them
-    assert h.hb("g", "b", 2, owned=[]).assignment is None
-    a3 = h.hb("g", "a", 1, owned=owned_of(a2))
-    assert a3.member_epoch == 2 and a3.assignment is None  # same partitions, next epoch
-    b3 = h.hb("g", "b", 2, owned=[])
+    assert h.hb("g", "b", 3, owned=[]).assignment is None
+    a3 = h.hb("g", "a", 2, owned=owned_of(a2))
+    assert a3.member_epoch == 3 and a3.assignment is None  # same partitions, next epoch
+    b3 = h.hb("g", "b", 3, owned=[])
     assert sorted(owned_of(a2)[0][1] + owned_of(b3)[0][1]) == [0, 1, 2, 3, 4, 5]
     assert h.cg("g").state.value == "Stable"
 
@@ -303,12 +308,12 @@ def test_rebalance_timeout_fences_a_member_that_does_not_revoke():
     h = CGHarness()
     a = h.hb("g", "a", 0, topics=["t1"], rebalance_ms=10_000)
     h.hb("g", "b", 0, topics=["t1"])
-    h.hb("g", "a", 1, owned=owned_of(a))
+    h.hb("g", "a", 2, owned=owned_of(a))
     assert h.cg("g").members["a"].state is MemberState.UNREVOKED_PARTITIONS
     for _ in range(6):  # a keeps heartbeating but never gives up its partitions
         h.advance(2000)
-        h.hb("g", "a", 1, owned=owned_of(a))
-        h.hb("g", "b", 2, owned=[])
+        h.hb("g", "a", 2, owned=owned_of(a))
+        h.hb("g", "b", 3, owned=[])
     assert "a" not in h.cg("g").members
 
 
@@ -316,16 +321,16 @@ def test_epoch_errors():
     h = CGHarness()
     a = h.hb("g", "a", 0, topics=["t1"])
     assert h.hb("g", "a", 5).error_code == ErrorCode.FENCED_MEMBER_EPOCH
-    assert h.hb("g", "nobody", 1).error_code == ErrorCode.UNKNOWN_MEMBER_ID
-    assert h.hb("nogroup", "a", 1).error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    assert h.hb("g", "nobody", 2).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert h.hb("nogroup", "a", 2).error_code == ErrorCode.GROUP_ID_NOT_FOUND
     h.hb("g", "b", 0, topics=["t1"])
-    a2 = h.hb("g", "a", 1, owned=owned_of(a))
-    a3 = h.hb("g", "a", 1, owned=owned_of(a2))
-    assert a3.member_epoch == 2
+    a2 = h.hb("g", "a", 2, owned=owned_of(a))
+    a3 = h.hb("g", "a", 2, owned=owned_of(a2))
+    assert a3.member_epoch == 3
     # the previous epoch with a subset of the assignment is accepted (a lost response)...
-    assert h.hb("g", "a", 1, owned=owned_of(a2)).error_code == 0
+    assert h.hb("g", "a", 2, owned=owned_of(a2)).error_code == 0
     # ...with partitions beyond the assignment it is not
-    assert h.hb("g", "a", 1, owned=[(T1, [0, 1, 2, 3, 4, 5])]).error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert h.hb("g", "a", 2, owned=[(T1, [0, 1, 2, 3, 4, 5])]).error_code == ErrorCode.FENCED_MEMBER_EPOCH
 
 
 @pytest.mark.parametrize("kw,code", [
@@ -384,7 +389,7 @@ def test_partitions_added_to_a_subscribed_topic_are_assigned():
     h.image = image({"t1": (T1, 4)}, offset=30)
     h.shard.on_topics_changed({"t1"}, False)
     r2 = h.hb("g", "a", r.member_epoch, owned=owned_of(r))
-    assert owned_of(r2) == [(T1, [0, 1, 2, 3])] and r2.member_epoch == 2
+    assert owned_of(r2) == [(T1, [0, 1, 2, 3])] and r2.member_epoch == 3
 
 
 def test_range_assignor_chosen_by_members():
@@ -397,22 +402,22 @@ def test_range_assignor_chosen_by_members():
 def test_offset_commit_and_fetch_check_member_epochs():
     h = CGHarness()
     a = h.hb("g", "a", 0, topics=["t1"])
-    assert h.commit("g", {("t1", 0): 5}, generation=1, member_id="a") == {("t1", 0): 0}
-    assert h.commit("g", {("t1", 0): 5}, generation=0, member_id="a") == {("t1", 0): ErrorCode.STALE_MEMBER_EPOCH}
-    assert h.commit("g", {("t1", 0): 5}, generation=1, member_id="x") == {("t1", 0): ErrorCode.UNKNOWN_MEMBER_ID}
-    assert h.commit("g", {("t1", 0): 5}, generation=1, member_id="a", version=8) == {
+    assert h.commit("g", {("t1", 0): 5}, generation=2, member_id="a") == {("t1", 0): 0}
+    assert h.commit("g", {("t1", 0): 5}, generation=1, member_id="a") == {("t1", 0): ErrorCode.STALE_MEMBER_EPOCH}
+    assert h.commit("g", {("t1", 0): 5}, generation=2, member_id="x") == {("t1", 0): ErrorCode.UNKNOWN_MEMBER_ID}
+    assert h.commit("g", {("t1", 0): 5}, generation=2, member_id="a", version=8) == {
         ("t1", 0): ErrorCode.UNSUPPORTED_VERSION}
     # the admin client's commit (epoch -1) only once the group is empty
     assert h.commit("g", {("t1", 0): 7}) == {("t1", 0): ErrorCode.UNKNOWN_MEMBER_ID}
     shard = h.shard
-    assert shard.validate_offset_fetch_member("g", "a", 1) == 0
-    assert shard.validate_offset_fetch_member("g", "a", 0) == ErrorCode.STALE_MEMBER_EPOCH
-    assert shard.validate_offset_fetch_member("g", "x", 1) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert shard.validate_offset_fetch_member("g", "a", 2) == 0
+    assert shard.validate_offset_fetch_member("g", "a", 1) == ErrorCode.STALE_MEMBER_EPOCH
+    assert shard.validate_offset_fetch_member("g", "x", 2) == ErrorCode.UNKNOWN_MEMBER_ID
     assert shard.validate_offset_fetch_member("g", None, -1) == 0
     # TxnOffsetCommit (sendOffsetsToTransaction with the consumer's group metadata)
-    assert shard.validate_consumer_group_commit(h.cg("g"), 3, "a", 1, transactional=True) == 0
+    assert shard.validate_consumer_group_commit(h.cg("g"), 3, "a", 2, transactional=True) == 0
     # (the TxnOffsetCommit handler reports it as ILLEGAL_GENERATION below v6, KIP-1319)
-    assert shard.validate_consumer_group_commit(h.cg("g"), 3, "a", 0, transactional=True) == \
+    assert shard.validate_consumer_group_commit(h.cg("g"), 3, "a", 1, transactional=True) == \
         ErrorCode.STALE_MEMBER_EPOCH
     h.hb("g", "a", a.member_epoch and -1)
     assert h.commit("g", {("t1", 0): 7}) == {("t1", 0): 0}
@@ -473,3 +478,42 @@ def test_replay_rebuilds_every_consumer_group():
     assert _snapshot(reloaded) == _snapshot(h)
     assert {g: s.state for g, s in reloaded.shard.consumer_groups.items()} == \
         {g: s.state for g, s in h.shard.consumer_groups.items()}
+
+
+def test_assignment_interval_defers_the_next_target_assignment():
+    """KIP-1263 (Kafka 4.3, probed): the target assignment is computed at most once per
+    ``group.consumer.assignment.interval.ms``. The first member's join computes one at once (group epoch 1 -> 2);
+    a member joining 100 ms later bumps the group epoch to 3 but gets the last target's epoch (2) and nothing;
+    the first heartbeat 1000 ms after the last computation computes epoch 3, and the first member is told to
+    revoke. The epochs and the computation time survive a reload (records 3 and 6)."""
+    h = CGHarness(consumer_group_assignment_interval_ms=1000)
+    a = h.hb("g", "a", 0, topics=["t1"])
+    assert a.member_epoch == 2 and owned_of(a) == [(T1, [0, 1, 2, 3, 4, 5])]
+    computed_at = h.cg("g").assignment_timestamp_ms
+    assert computed_at == h.scheduler.now_ms()
+    h.advance(100)
+    b = h.hb("g", "b", 0, topics=["t1"])
+    assert (b.member_epoch, owned_of(b)) == (2, [])
+    g = h.cg("g")
+    assert (g.group_epoch, g.assignment_epoch, g.state.value) == (3, 2, "Assigning")
+    assert h.hb("g", "a", 2, owned=owned_of(a)).assignment is None  # still the epoch-2 target
+    reloaded = h.reload().cg("g")
+    assert (reloaded.group_epoch, reloaded.assignment_epoch, reloaded.assignment_timestamp_ms) == (3, 2, computed_at)
+    h.advance(899)
+    assert h.hb("g", "b", 2, owned=[]).member_epoch == 2  # 999 ms: not yet
+    h.advance(1)
+    a2 = h.hb("g", "a", 2, owned=owned_of(a))
+    assert a2.member_epoch == 2 and len(owned_of(a2)[0][1]) == 3  # told to revoke half
+    g = h.cg("g")
+    assert (g.group_epoch, g.assignment_epoch, g.assignment_timestamp_ms) == (3, 3, computed_at + 1000)
+    assert h.hb("g", "b", 2, owned=[]).member_epoch == 3
+
+
+def test_group_config_overrides_the_assignment_interval():
+    """``consumer.assignment.interval.ms`` of the group (ConfigResource GROUP) over the broker's interval: 0
+    computes the target on every group epoch bump."""
+    h = CGHarness(consumer_group_assignment_interval_ms=60_000)
+    h.image = dataclasses.replace(h.image, configs={(32, "g0"): {"consumer.assignment.interval.ms": "0"}})
+    for gid, second_epoch in (("g0", 3), ("g", 2)):
+        h.hb(gid, "a", 0, topics=["t1"])
+        assert h.hb(gid, "b", 0, topics=["t1"]).member_epoch == second_epoch

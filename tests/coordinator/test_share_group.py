@@ -59,24 +59,25 @@ def test_simple_assignor_shares_partitions_when_members_outnumber_them():
 def test_members_join_share_the_partition_and_move_to_the_group_epoch():
     h = SGHarness()
     a = h.shb("g", "a", 0, ["t1"])
-    assert a.error_code == 0 and a.member_epoch == 1 and parts(a) == {T1: [0]} and a.heartbeat_interval_ms == 500
+    # a new group is at epoch 1 (as Kafka): the first join bumps it to 2
+    assert a.error_code == 0 and a.member_epoch == 2 and parts(a) == {T1: [0]} and a.heartbeat_interval_ms == 500
     b = h.shb("g", "b", 0, ["t1"])
-    assert b.member_epoch == 2 and parts(b) == {T1: [0]}
-    a2 = h.shb("g", "a", 1)
-    assert a2.member_epoch == 2 and parts(a2) == {T1: [0]}  # the epoch moved: the assignment is sent again
-    a3 = h.shb("g", "a", 2)
-    assert a3.member_epoch == 2 and a3.assignment is None
-    assert h.shb("g", "a", 1).error_code == ErrorCode.FENCED_MEMBER_EPOCH
-    assert h.shb("g", "a", 3).error_code == ErrorCode.FENCED_MEMBER_EPOCH
-    assert h.shb("g", "zz", 2).error_code == ErrorCode.UNKNOWN_MEMBER_ID
-    assert h.shb("nope", "a", 1).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert b.member_epoch == 3 and parts(b) == {T1: [0]}
+    a2 = h.shb("g", "a", 2)
+    assert a2.member_epoch == 3 and parts(a2) == {T1: [0]}  # the epoch moved: the assignment is sent again
+    a3 = h.shb("g", "a", 3)
+    assert a3.member_epoch == 3 and a3.assignment is None
+    assert h.shb("g", "a", 2).error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert h.shb("g", "a", 4).error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert h.shb("g", "zz", 3).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert h.shb("nope", "a", 2).error_code == ErrorCode.UNKNOWN_MEMBER_ID
 
 
 def test_subscription_change_reassigns():
     h = SGHarness()
     h.shb("g", "a", 0, ["t1"])
-    r = h.shb("g", "a", 1, ["t1", "t2"])
-    assert r.member_epoch == 2 and parts(r) == {T1: [0], T2: [0, 1, 2, 3]}
+    r = h.shb("g", "a", 2, ["t1", "t2"])
+    assert r.member_epoch == 3 and parts(r) == {T1: [0], T2: [0, 1, 2, 3]}
 
 
 def test_leave_and_session_timeout_remove_members():
@@ -88,11 +89,11 @@ def test_leave_and_session_timeout_remove_members():
     assert h.removed == [("g", "a")]
     assert set(h.shard.share_groups["g"].members) == {"b"}
     h.advance(5000)
-    kept = h.shb("g", "b", 2)  # a heartbeat in time keeps it; a's leaving moved the group epoch
-    assert kept.error_code == 0 and kept.member_epoch == 3
+    kept = h.shb("g", "b", 3)  # a heartbeat in time keeps it; a's leaving moved the group epoch
+    assert kept.error_code == 0 and kept.member_epoch == 4
     h.advance(6001)
     assert h.removed == [("g", "a"), ("g", "b")]
-    assert h.shb("g", "b", 3).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert h.shb("g", "b", 4).error_code == ErrorCode.UNKNOWN_MEMBER_ID
     assert h.shard.share_groups["g"].members == {}
 
 
@@ -127,9 +128,9 @@ def test_describe_list_delete():
     h.shb("g", "a", 0, ["t1", "t2"], rack="r1")
     d = h.runtime.read(PARTITION, lambda s: s.share_group_describe("g", True, GROUP_AUTHORIZED_OPERATIONS))
     assert (d.error_code, d.group_state, d.group_epoch, d.assignment_epoch, d.assignor_name) == (
-        0, "Stable", 1, 1, "simple")
+        0, "Stable", 2, 2, "simple")
     [m] = d.members
-    assert (m.member_id, m.rack_id, m.member_epoch, m.subscribed_topic_names) == ("a", "r1", 1, ["t1", "t2"])
+    assert (m.member_id, m.rack_id, m.member_epoch, m.subscribed_topic_names) == ("a", "r1", 2, ["t1", "t2"])
     assert [(tp.topic_name, tp.partitions) for tp in m.assignment.topic_partitions] == [("t1", [0]),
                                                                                           ("t2", [0, 1, 2, 3])]
     missing = h.runtime.read(PARTITION, lambda s: s.share_group_describe("x", False, 0))
@@ -231,15 +232,36 @@ def test_assignment_waits_for_initialized_share_state():
     h = SGHarness()
     h.shard.share_state_gated = True
     a = h.shb("g", "a", 0, ["t2"])
-    assert a.member_epoch == 1 and parts(a) == {}
+    assert a.member_epoch == 2 and parts(a) == {}
     assert h.runtime.write(PARTITION, lambda s: s.share_group_initialize_pending("g")) == {T2: frozenset(range(4))}
-    assert h.shb("g", "a", 1).assignment is None  # nothing initialized yet: nothing new
+    assert h.shb("g", "a", 2).assignment is None  # nothing initialized yet: nothing new
     h.runtime.write(PARTITION, lambda s: s.share_group_state_initialized("g", {T2: frozenset({1, 2})}))
-    a2 = h.shb("g", "a", 1)
-    assert a2.member_epoch == 2 and parts(a2) == {T2: [1, 2]}
+    a2 = h.shb("g", "a", 2)
+    assert a2.member_epoch == 3 and parts(a2) == {T2: [1, 2]}
     b = h.shb("g", "b", 0, ["t2"])
-    assert b.member_epoch == 3 and parts(b) == {T2: [2]}
+    assert b.member_epoch == 4 and parts(b) == {T2: [2]}
     h.runtime.write(PARTITION, lambda s: s.share_group_state_initialized("g", {T2: frozenset({0, 3})}))
-    a3 = h.shb("g", "a", 2)
-    assert a3.member_epoch == 4 and parts(a3) == {T2: [0, 2]}
-    assert h.shb("g", "a", 4).assignment is None  # assigned as initialized: no further bump
+    a3 = h.shb("g", "a", 3)
+    assert a3.member_epoch == 5 and parts(a3) == {T2: [0, 2]}
+    assert h.shb("g", "a", 5).assignment is None  # assigned as initialized: no further bump
+
+
+def test_share_assignment_interval_defers_the_next_target():
+    """KIP-1263 for share groups (Kafka 4.3, probed): a member joining within ``group.share.assignment.interval.ms``
+    of the last computation gets that target's epoch and nothing; the first heartbeat after the interval computes
+    the target for the bumped group epoch and every member moves to it."""
+    h = SGHarness(share_group_assignment_interval_ms=1000)
+    a = h.shb("g", "a", 0, ["t2"])
+    assert a.member_epoch == 2 and parts(a) == {T2: [0, 1, 2, 3]}
+    h.advance(100)
+    b = h.shb("g", "b", 0, ["t2"])
+    assert (b.member_epoch, parts(b)) == (2, {})
+    g = h.shard.share_groups["g"]
+    assert (g.group_epoch, g.assignment_epoch) == (3, 2)
+    assert h.shb("g", "a", 2).assignment is None
+    h.advance(900)
+    a2 = h.shb("g", "a", 2)
+    assert a2.member_epoch == 3 and parts(a2) == {T2: [0, 2]}
+    b2 = h.shb("g", "b", 2)
+    assert b2.member_epoch == 3 and parts(b2) == {T2: [1, 3]}
+    assert (g := h.shard.share_groups["g"]).group_epoch == g.assignment_epoch == 3

@@ -30,6 +30,8 @@ DEFAULTS: dict[str, int] = {
     "group.consumer.max.session.timeout.ms": 60000,
     "group.consumer.min.heartbeat.interval.ms": 5000,
     "group.consumer.max.heartbeat.interval.ms": 15000,
+    "group.consumer.assignment.interval.ms": 1000,
+    "group.share.assignment.interval.ms": 1000,
     "group.share.heartbeat.interval.ms": 5000,
     "group.share.session.timeout.ms": 45000,
     "group.share.max.size": 200,
@@ -57,6 +59,10 @@ class GroupCoordinatorConfig:
     consumer_group_heartbeat_interval_ms: int = DEFAULTS["group.consumer.heartbeat.interval.ms"]
     consumer_group_session_timeout_ms: int = DEFAULTS["group.consumer.session.timeout.ms"]
     consumer_group_max_size: int = DEFAULTS["group.consumer.max.size"]
+    #: least ms between two target assignment computations of a consumer / share group (KIP-1263); a group's
+    #: ``consumer.assignment.interval.ms`` / ``share.assignment.interval.ms`` overrides it
+    consumer_group_assignment_interval_ms: int = DEFAULTS["group.consumer.assignment.interval.ms"]
+    share_group_assignment_interval_ms: int = DEFAULTS["group.share.assignment.interval.ms"]
     share_group_heartbeat_interval_ms: int = DEFAULTS["group.share.heartbeat.interval.ms"]
     share_group_session_timeout_ms: int = DEFAULTS["group.share.session.timeout.ms"]
     share_group_max_size: int = DEFAULTS["group.share.max.size"]
@@ -69,9 +75,11 @@ class GroupCoordinatorConfig:
 
     def group_config_defaults(self) -> dict[str, str]:
         """The broker keys group configs take defaults and bounds from: :attr:`props` with this config's consumer
-        session timeout and heartbeat interval."""
+        session timeout and heartbeat interval and its consumer and share assignment intervals."""
         return {**self.props, "group.consumer.session.timeout.ms": str(self.consumer_group_session_timeout_ms),
-                "group.consumer.heartbeat.interval.ms": str(self.consumer_group_heartbeat_interval_ms)}
+                "group.consumer.heartbeat.interval.ms": str(self.consumer_group_heartbeat_interval_ms),
+                "group.consumer.assignment.interval.ms": str(self.consumer_group_assignment_interval_ms),
+                "group.share.assignment.interval.ms": str(self.share_group_assignment_interval_ms)}
 
     @classmethod
     def from_broker_config(cls, config: Any) -> GroupCoordinatorConfig:
@@ -100,6 +108,8 @@ class GroupCoordinatorConfig:
             consumer_group_heartbeat_interval_ms=get("group.consumer.heartbeat.interval.ms"),
             consumer_group_session_timeout_ms=get("group.consumer.session.timeout.ms"),
             consumer_group_max_size=get("group.consumer.max.size"),
+            consumer_group_assignment_interval_ms=get("group.consumer.assignment.interval.ms"),
+            share_group_assignment_interval_ms=get("group.share.assignment.interval.ms"),
             share_group_heartbeat_interval_ms=get("group.share.heartbeat.interval.ms"),
             share_group_session_timeout_ms=get("group.share.session.timeout.ms"),
             share_group_max_size=get("group.share.max.size"),

@@ -7,7 +7,10 @@ A consumer group has three epochs (Kafka's model, re-stated):
   deleted that the group subscribes to);
 * the **assignment epoch** is the group epoch the current *target assignment* was computed for (by the
   server-side assignor, :mod:`kbroker.coordinator.group.assignors`); a heartbeat that finds the group epoch
-  ahead computes a new target assignment;
+  ahead computes a new target assignment, but at most once per ``consumer.assignment.interval.ms`` (group config,
+  else the broker's ``group.consumer.assignment.interval.ms``, 1000 ms; KIP-1263): within the interval after the
+  last computation (:attr:`ConsumerGroup.assignment_timestamp_ms`) the heartbeat reconciles against the last
+  target, so a member that joins then gets the current assignment epoch and an empty assignment;
 * each member's **member epoch** is the assignment epoch it has reconciled to.
 
 **Reconciliation** (:func:`reconcile`) moves one member towards its target, in Kafka's member states:
@@ -21,6 +24,10 @@ A consumer group has three epochs (Kafka's model, re-stated):
   previous owner (assigned to it or pending revocation); each heartbeat hands over those that were released.
 
 So a partition never has two owners: it is given to a member only when no other member holds it.
+
+As in Kafka, a group that has no records yet starts at group epoch 1 and assignment epoch 1 (never written), so
+its first member's heartbeat bumps the group epoch to 2 and computes the first target assignment at once (no
+earlier computation to wait for): that member answers with member epoch 2.
 
 The group's state is derived, as in Kafka: ``Empty`` (no members), ``Assigning`` (group epoch > assignment
 epoch), ``Reconciling`` (a member is not STABLE at the assignment epoch), ``Stable``; ``Dead`` once deleted.
@@ -145,8 +152,12 @@ class ConsumerGroup:
     """A consumer group's state; durable fields change only in :meth:`replay`."""
 
     group_id: str
-    group_epoch: int = 0
-    assignment_epoch: int = 0
+    #: a group without records is at epoch 1 (Kafka's initial group and assignment epoch)
+    group_epoch: int = 1
+    assignment_epoch: int = 1
+    #: when the target assignment was last computed (ms since the epoch; 0: never), from record 6's
+    #: ``AssignmentTimestamp``: the next one waits for ``consumer.assignment.interval.ms`` after it
+    assignment_timestamp_ms: int = 0
     members: dict[str, ConsumerGroupMember] = field(default_factory=dict)
     #: group instance id -> member id
     static_members: dict[str, str] = field(default_factory=dict)
@@ -236,6 +247,7 @@ class ConsumerGroup:
             self._replay_member_metadata(key.member_id, value)
         elif isinstance(key, cr.ConsumerGroupTargetAssignmentMetadataKey):
             self.assignment_epoch = -1 if value is None else value.assignment_epoch
+            self.assignment_timestamp_ms = 0 if value is None else value.assignment_timestamp
         elif isinstance(key, cr.ConsumerGroupTargetAssignmentMemberKey):
             if value is None:
                 self.target_assignment.pop(key.member_id, None)
@@ -312,6 +324,13 @@ def _partitions_of(items: Iterable[Any]) -> dict[bytes, frozenset[int]]:
         if tp.partitions:
             out[tp.topic_id] = out.get(tp.topic_id, frozenset()) | frozenset(tp.partitions)
     return out
+
+
+def can_compute_next_assignment(last_timestamp_ms: int, interval_ms: int, now_ms: int) -> bool:
+    """Whether a new target assignment may be computed now (KIP-1263's assignment interval, consumer and share
+    groups alike): never computed before (``last_timestamp_ms`` 0), no interval (``interval_ms`` 0), or at least
+    ``interval_ms`` since the last computation."""
+    return last_timestamp_ms == 0 or interval_ms == 0 or now_ms >= last_timestamp_ms + interval_ms
 
 
 # ============================================================================================ reconciliation

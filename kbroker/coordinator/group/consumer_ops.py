@@ -68,6 +68,7 @@ from kbroker.coordinator.group.consumer_group import (
     Partitions,
     ResolvedRegex,
     TopicMetadata,
+    can_compute_next_assignment,
     current_assignment_record,
     freeze,
     group_epoch_record,
@@ -123,6 +124,10 @@ class HeartbeatError(Exception):
 
 def _error_response(code: int, message: str | None) -> Resp:
     return Resp(error_code=code, error_message=message)
+
+
+def _union(a: Partitions, b: Partitions) -> dict[bytes, frozenset[int]]:
+    return {tid: a.get(tid, frozenset()) | b.get(tid, frozenset()) for tid in set(a) | set(b)}
 
 
 def _assignment(partitions: Partitions) -> Resp.Assignment:
@@ -288,7 +293,8 @@ class ConsumerGroupOps:
         records: list[CoordinatorRecord] = []
         upgraded = False
         group = self.consumer_groups.get(group_id)
-        if group is None and group_id in getattr(self, "share_groups", {}):
+        if group is None and (group_id in getattr(self, "share_groups", {})
+                              or group_id in getattr(self, "streams_groups", {})):
             raise HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         if group is None:
             classic = self.groups.get(group_id)  # type: ignore[attr-defined]
@@ -429,8 +435,11 @@ class ConsumerGroupOps:
                 records.append(group_epoch_record(group_id, group_epoch))
                 self._info("group %s: group epoch %d", group_id, group_epoch)
 
-        # ---- 2. target assignment
-        if group_epoch > group.assignment_epoch:
+        # ---- 2. target assignment: at most once per consumer.assignment.interval.ms (KIP-1263); until then the
+        # member reconciles against the last target (a new member: the assignment epoch, nothing assigned)
+        interval_ms = int(self.group_config(group_id)["consumer.assignment.interval.ms"])  # type: ignore[attr-defined, call-overload]
+        if group_epoch > group.assignment_epoch and can_compute_next_assignment(
+                group.assignment_timestamp_ms, interval_ms, self.now_ms()):  # type: ignore[attr-defined]
             targets = self._compute_target_assignment(group, members_after, metadata, regexes, group_epoch,
                                                       replaced, records)
             target = targets.get(member_id, {})
@@ -629,6 +638,7 @@ class ConsumerGroupOps:
         if group is None:
             message = (f"Group {group_id} is not a consumer group."
                        if group_id in self.groups or group_id in getattr(self, "share_groups", {})  # type: ignore[attr-defined]
+                       or group_id in getattr(self, "streams_groups", {})
                        else f"Group {group_id} not found.")
             return Described.DescribedGroup(error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=message,
                                             group_id=group_id)
@@ -645,7 +655,9 @@ class ConsumerGroupOps:
         members = [Described.Member(
             member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
             client_id=m.client_id, client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topic_names),
-            subscribed_topic_regex=m.subscribed_topic_regex or "", assignment=tps(m.assigned),  # Kafka: "" if none
+            # Kafka: "" if no regex; the assignment still holds the partitions pending revocation
+            subscribed_topic_regex=m.subscribed_topic_regex or "", assignment=tps(_union(m.assigned,
+                                                                                      m.pending_revocation)),
             target_assignment=tps(group.target_assignment.get(m.member_id, {})),
             member_type=MEMBER_TYPE_CONSUMER if m.classic is None else MEMBER_TYPE_CLASSIC)
             for m in group.members.values()]
@@ -688,7 +700,7 @@ class ConsumerGroupOps:
 
     def validate_offset_fetch_member(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """OffsetFetch v9+ of a consumer group: a member id / epoch, when given, must be the member's."""
-        group = self.consumer_groups.get(group_id)
+        group = self.consumer_groups.get(group_id) or getattr(self, "streams_groups", {}).get(group_id)
         if group is None or (member_id is None and member_epoch < 0):
             return ErrorCode.NONE
         member = group.members.get(member_id) if member_id is not None else None

@@ -199,7 +199,8 @@ class ClassicMigrationOps:
         created = [member_subscription_record(gid, m) for m in members]
         created.append(group_epoch_record(gid, generation))
         created += [target_assignment_record(gid, m.member_id, m.assigned) for m in members]
-        created.append(target_assignment_epoch_record(gid, generation, self.now_ms()))  # type: ignore[attr-defined]
+        # no assignment timestamp (Kafka's conversion): the next target assignment need not wait for the interval
+        created.append(target_assignment_epoch_record(gid, generation, 0))
         created += [current_assignment_record(gid, m) for m in members]
         group = ConsumerGroup(gid)
         for r in created:
@@ -422,7 +423,9 @@ class ClassicMigrationOps:
                     or (request.protocol_name is not None
                         and request.protocol_name not in member.classic.protocol_names())):
                 raise HeartbeatError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-            if group.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
+            # against the assignment epoch (Kafka): a bump whose target is not computed yet does not send the member
+            # back to JoinGroup
+            if group.assignment_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
                 self._schedule_join_timeout_if_absent(group.group_id, member)
                 raise HeartbeatError(ErrorCode.REBALANCE_IN_PROGRESS)
         except HeartbeatError as exc:
@@ -449,7 +452,7 @@ class ClassicMigrationOps:
             return CoordinatorResult(response=exc.code)
         assert member.classic is not None
         self._schedule_session_timeout(group_id, member.member_id, member.classic.session_timeout_ms)  # type: ignore[attr-defined]
-        if member.member_epoch < group.group_epoch or member.state is MemberState.UNREVOKED_PARTITIONS or (
+        if member.member_epoch < group.assignment_epoch or member.state is MemberState.UNREVOKED_PARTITIONS or (
                 member.state is MemberState.UNRELEASED_PARTITIONS and not group.waiting_on_unreleased_partition(member)):
             self._schedule_join_timeout_if_absent(group_id, member)
             return CoordinatorResult(response=ErrorCode.REBALANCE_IN_PROGRESS)

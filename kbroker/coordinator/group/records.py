@@ -22,7 +22,7 @@ OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
 GROUP_METADATA_VALUE_VERSION = 3
 
 #: Record types of ``__consumer_offsets`` known here (protocol guide §5.2): classic, consumer (KIP-848) and share
-#: (KIP-932) group records; streams group records are skipped as unknown.
+#: (KIP-932) and streams (KIP-1071) group records.
 GROUP_COORDINATOR_RECORD_CLASSES = (
     cr.LegacyOffsetCommitKey, cr.LegacyOffsetCommitValue,
     cr.OffsetCommitKey, cr.OffsetCommitValue,
@@ -40,6 +40,12 @@ GROUP_COORDINATOR_RECORD_CLASSES = (
     cr.ShareGroupTargetAssignmentMemberKey, cr.ShareGroupTargetAssignmentMemberValue,
     cr.ShareGroupCurrentMemberAssignmentKey, cr.ShareGroupCurrentMemberAssignmentValue,
     cr.ShareGroupStatePartitionMetadataKey, cr.ShareGroupStatePartitionMetadataValue,
+    cr.StreamsGroupMetadataKey, cr.StreamsGroupMetadataValue,
+    cr.StreamsGroupTopologyKey, cr.StreamsGroupTopologyValue,
+    cr.StreamsGroupMemberMetadataKey, cr.StreamsGroupMemberMetadataValue,
+    cr.StreamsGroupTargetAssignmentMetadataKey, cr.StreamsGroupTargetAssignmentMetadataValue,
+    cr.StreamsGroupTargetAssignmentMemberKey, cr.StreamsGroupTargetAssignmentMemberValue,
+    cr.StreamsGroupCurrentMemberAssignmentKey, cr.StreamsGroupCurrentMemberAssignmentValue,
 )
 GROUP_COORDINATOR_SERDE = CoordinatorRecordSerde(GROUP_COORDINATOR_RECORD_CLASSES)
 

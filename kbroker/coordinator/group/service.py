@@ -370,6 +370,43 @@ class GroupCoordinator:
             error_code=code, group_id=group_id))
         return out
 
+    # ---- streams groups (KIP-1071)
+    def streams_group_heartbeat(self, meta: RequestMeta, request: Any) -> tuple[Any, dict[str, Any]]:
+        """(StreamsGroupHeartbeatResponse, internal topics to create: name -> (partitions, replication factor,
+        configs)); the coordinator errors are answered in the response."""
+        from kbroker.protocol.messages import StreamsGroupHeartbeatResponse
+
+        try:
+            result = self.runtime.write(self.partition_for(request.group_id),
+                                        lambda shard: shard.streams_group_heartbeat(meta, request))
+        except KafkaError as exc:
+            return StreamsGroupHeartbeatResponse(error_code=exc.code, error_message=exc.message), {}
+        assert result is not None
+        return result
+
+    async def streams_group_describe(self, group_ids: list[str], include_authorized_operations: bool) -> list[Any]:
+        """One description per group id, answered once what was read is replicated (:meth:`settled`)."""
+        from kbroker.coordinator.group.shard import GROUP_AUTHORIZED_OPERATIONS
+        from kbroker.protocol.messages import StreamsGroupDescribeResponse
+
+        Described = StreamsGroupDescribeResponse.DescribedGroup
+        out: list[Any] = []
+        read: list[tuple[int, int]] = []
+        for group_id in group_ids:
+            if not group_id:
+                out.append(Described(error_code=ErrorCode.INVALID_GROUP_ID, error_message="Group id can't be empty.",
+                                     group_id=group_id))
+                continue
+            partition = self.partition_for(group_id)
+            try:
+                out.append(self.runtime.read(partition, lambda shard: shard.streams_group_describe(
+                    group_id, include_authorized_operations, GROUP_AUTHORIZED_OPERATIONS)))
+                read.append((len(out) - 1, partition))
+            except KafkaError as exc:
+                out.append(Described(error_code=exc.code, group_id=group_id))
+        await self._settle_each(out, read, lambda code, group_id: Described(error_code=code, group_id=group_id))
+        return out
+
     # ---- share groups (KIP-932)
     def share_group_heartbeat(self, meta: RequestMeta,
                               request: ShareGroupHeartbeatRequest) -> ShareGroupHeartbeatResponse:

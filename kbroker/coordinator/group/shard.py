@@ -57,6 +57,7 @@ from kbroker.coordinator.group.config import GroupCoordinatorConfig, group_confi
 from kbroker.coordinator.group.consumer_ops import ConsumerGroupOps
 from kbroker.coordinator.group.migration import ClassicMigrationOps
 from kbroker.coordinator.group.share_group import ShareGroupOps
+from kbroker.coordinator.group.streams_group import StreamsGroupOps
 from kbroker.coordinator.group.records import (
     group_metadata_record,
     group_metadata_tombstone,
@@ -180,7 +181,7 @@ def _empty() -> CoordinatorResult[Any]:
     return CoordinatorResult()
 
 
-class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps, ShareGroupOps):
+class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps, ShareGroupOps, StreamsGroupOps):
     """Groups and offsets of one partition (see the module docstring); consumer groups (KIP-848) come from
     :class:`~kbroker.coordinator.group.consumer_ops.ConsumerGroupOps`."""
 
@@ -202,6 +203,7 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps, ShareGroupOps
         self.image_provider = image_provider
         self._init_consumer_groups()
         self._init_share_groups()
+        self._init_streams_groups()
 
     def group_config(self, group_id: str) -> dict[str, object]:
         """Effective group configs of ``group_id`` (:func:`kbroker.coordinator.group.config.group_config`): the
@@ -221,7 +223,8 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps, ShareGroupOps
             self._replay_offset_commit(key.group, key.topic, key.partition, record.value)
         elif isinstance(key, GroupMetadataKey):
             self._replay_group_metadata(key.group, record.value)
-        elif not self.replay_share_group_record(record):  # KIP-932 share group records (types 10-15)
+        elif not self.replay_share_group_record(record) and not self.replay_streams_group_record(record):
+            # (share groups: KIP-932 records 10-15; streams groups: KIP-1071 records 17-23)
             self.replay_consumer_group_record(record)  # KIP-848 consumer group records (types 3-8, 16)
 
     def _replay_offset_commit(self, group_id: str, topic: str, partition: int, value: Any) -> None:
@@ -234,7 +237,8 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps, ShareGroupOps
                 if not topics:
                     del self.offsets[group_id]
             return
-        if group_id not in self.groups and group_id not in self.consumer_groups and group_id not in self.share_groups:
+        if group_id not in self.groups and group_id not in self.consumer_groups and group_id not in self.share_groups \
+                and group_id not in self.streams_groups:
             # a commit outside group management creates a "simple" group (Empty, no protocol type)
             self.groups[group_id] = ClassicGroup(group_id, state_timestamp_ms=-1)
         expire = getattr(value, "expire_timestamp", -1)
@@ -288,6 +292,7 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps, ShareGroupOps
                 self._apply_now(self._prepare_rebalance(group, "loaded group is over group.max.size"))
         self._consumer_groups_loaded()
         self._share_groups_loaded()
+        self._streams_groups_loaded()
         self._schedule_offsets_expiration()
 
     def on_unloaded(self) -> None:
@@ -307,7 +312,7 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps, ShareGroupOps
 
     # ==================================================================================== JoinGroup
     def join_group(self, meta: RequestMeta, request: JoinGroupRequest, respond: JoinResponder) -> CoordinatorResult[None]:
-        if request.group_id in self.share_groups:
+        if request.group_id in self.share_groups or request.group_id in self.streams_groups:
             respond(_join_error(ErrorCode.GROUP_ID_NOT_FOUND, request.member_id or UNKNOWN_MEMBER_ID))
             return _empty()
         consumer = self.consumer_groups.get(request.group_id)
@@ -869,9 +874,9 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps, ShareGroupOps
     def _validate_offset_commit(self, meta: RequestMeta, commit: OffsetCommitInput) -> int:
         if not commit.group_id:
             return ErrorCode.INVALID_GROUP_ID
-        consumer = self.consumer_groups.get(commit.group_id)
+        consumer = self.consumer_groups.get(commit.group_id) or self.streams_groups.get(commit.group_id)
         if consumer is not None:
-            return self.validate_consumer_group_commit(consumer, meta.api_version, commit.member_id,
+            return self.validate_consumer_group_commit(consumer, meta.api_version, commit.member_id,  # type: ignore[arg-type]
                                                        commit.generation_id)
         group = self.groups.get(commit.group_id)
         generation = commit.generation_id
@@ -975,9 +980,10 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps, ShareGroupOps
                                     group_instance_id: str | None) -> int:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
-        consumer = self.consumer_groups.get(group_id)
-        if consumer is not None:  # KIP-848 group: the generation field is the member epoch
-            return self.validate_consumer_group_commit(consumer, 9, member_id, generation_id, transactional=True)
+        consumer = self.consumer_groups.get(group_id) or self.streams_groups.get(group_id)
+        if consumer is not None:  # KIP-848 / KIP-1071 group: the generation field is the member epoch
+            return self.validate_consumer_group_commit(consumer, 9, member_id, generation_id,  # type: ignore[arg-type]
+                                                       transactional=True)
         group = self.groups.get(group_id)
         if generation_id < 0 and not member_id and group_instance_id is None:
             if group is not None and group.is_in(ClassicGroupState.DEAD):
@@ -1026,6 +1032,7 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps, ShareGroupOps
                                                       group_state=group.state.value, group_type=GROUP_TYPE_CLASSIC))
         out.extend(self.list_consumer_groups(states, types))
         out.extend(self.list_share_groups(states, types))
+        out.extend(self.list_streams_groups(states, types))
         return out
 
     def describe_group(self, group_id: str, api_version: int,
@@ -1039,6 +1046,7 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps, ShareGroupOps
             if api_version >= 6:
                 message = (f"Group {group_id} is not a classic group."
                            if group_id in self.consumer_groups or group_id in self.share_groups
+                           or group_id in self.streams_groups
                            else f"Group {group_id} not found.")
                 return DescribeGroupsResponse.DescribedGroup(
                     error_code=ErrorCode.GROUP_ID_NOT_FOUND, error_message=message,
@@ -1069,6 +1077,15 @@ class GroupCoordinatorShard(ConsumerGroupOps, ClassicMigrationOps, ShareGroupOps
                                    for topic, partitions in sorted(self.offsets.get(group_id, {}).items())
                                    for partition in sorted(partitions))
                     records.extend(tombstones)
+            elif group_id in self.streams_groups:
+                if self.streams_group_is_empty(group_id):
+                    error = ErrorCode.NONE
+                    records.extend(offset_commit_tombstone(group_id, topic, partition)
+                                   for topic, partitions in sorted(self.offsets.get(group_id, {}).items())
+                                   for partition in sorted(partitions))
+                    records.extend(self.streams_group_tombstones(group_id))
+                else:
+                    error = ErrorCode.NON_EMPTY_GROUP
             elif group_id in self.consumer_groups:
                 if self.consumer_group_is_empty(group_id):
                     error = ErrorCode.NONE

@@ -14,7 +14,12 @@ Behaviour (Kafka's ``GroupMetadataManager.shareGroupHeartbeat``, re-stated):
 * **Member epoch**: share members never revoke partitions, so the member's epoch must equal the coordinator's
   (else FENCED_MEMBER_EPOCH). A subscription change, a member joining or leaving or a change of the subscribed
   topics' partition counts bumps the group epoch; the target assignment is computed again (the simple assignor
-  below) and every member moves to the new epoch on its next heartbeat, with its new assignment.
+  below) and every member moves to the new epoch on its next heartbeat, with its new assignment. As in Kafka, a
+  new group starts at group and assignment epoch 1, so its first member gets epoch 2; and the target is computed
+  at most once per ``share.assignment.interval.ms`` (group config, else the broker's
+  ``group.share.assignment.interval.ms``, 1000 ms; KIP-1263): until then heartbeats answer the last target's
+  epoch and partitions (a member that joins meanwhile: that epoch and nothing), and the heartbeat after the
+  interval computes the target for the current group epoch.
 * **Assignment** (Kafka's share ``SimpleAssignor``, homogeneous case re-stated): every partition of the
   subscribed topics gets at least one member and the members are spread evenly: with at least as many members
   as partitions, member *i* (members sorted by id) gets partition *i mod P*, so a partition is shared by
@@ -53,6 +58,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from kbroker.coordinator.group.consumer_group import can_compute_next_assignment
 from kbroker.coordinator.runtime import CoordinatorRecord, CoordinatorResult
 from kbroker.protocol import coordinator_records as cr
 from kbroker.protocol.errors import ErrorCode
@@ -104,8 +110,11 @@ class ShareGroupMember:
 @dataclass
 class ShareGroup:
     group_id: str
-    group_epoch: int = 0
-    assignment_epoch: int = 0
+    #: a group without records is at epoch 1 (Kafka's initial group and assignment epoch)
+    group_epoch: int = 1
+    assignment_epoch: int = 1
+    #: when the target was last computed (ms since the epoch; 0: never), record 12's ``AssignmentTimestamp``
+    assignment_timestamp_ms: int = 0
     members: dict[str, ShareGroupMember] = field(default_factory=dict)
     #: member id -> target partitions (at ``assignment_epoch``)
     target: dict[str, Partitions] = field(default_factory=dict)
@@ -261,6 +270,7 @@ class ShareGroupOps:
         elif isinstance(key, cr.ShareGroupTargetAssignmentMetadataKey):
             if value is not None:
                 group.assignment_epoch = value.assignment_epoch
+                group.assignment_timestamp_ms = value.assignment_timestamp
                 # what the target was computed from (in memory only; Kafka keeps a hash in ShareGroupMetadata)
                 group.topics_seen = self._share_topics(group.subscribed_topics())
         elif isinstance(key, cr.ShareGroupTargetAssignmentMemberKey):
@@ -315,7 +325,7 @@ class ShareGroupOps:
             raise _HeartbeatError(ErrorCode.INVALID_REQUEST, "SubscribedTopicNames must be set in first request.")
         gid = r.group_id
         records: list[CoordinatorRecord] = []
-        if gid in self.consumer_groups:  # type: ignore[attr-defined]
+        if gid in self.consumer_groups or gid in getattr(self, "streams_groups", {}):  # type: ignore[attr-defined]
             raise _HeartbeatError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a share group.")
         classic = self.groups.get(gid)  # type: ignore[attr-defined]
         if classic is not None:
@@ -362,19 +372,25 @@ class ShareGroupOps:
         members = dict(group.members)
         members[member.member_id] = member
         topics = self._share_topics({t for m in members.values() for t in m.subscribed_topic_names})
-        if topics != group.topics_seen:
+        # changed topics or newly initialized partitions bump the epoch, unless a new target is already due
+        pending = group.group_epoch > group.assignment_epoch
+        if topics != group.topics_seen and not pending:
             bump = True
         assignable = None
         if self.share_state_gated:  # only partitions with share state are assigned (Kafka)
             assignable = self.share_group_initialized_partitions(gid)
-            bump = bump or self._initialized_assignment_pending(group, topics, assignable)
+            bump = bump or (not pending and self._initialized_assignment_pending(group, topics, assignable))
         group_epoch = group.group_epoch + 1 if bump else group.group_epoch
         if bump:
             records.append(CoordinatorRecord(cr.ShareGroupMetadataKey(group_id=gid),
                                              cr.ShareGroupMetadataValue(epoch=group_epoch), 0))
         target = group.target
         assignment_epoch = group.assignment_epoch
-        if assignment_epoch < group_epoch:
+        # at most once per share.assignment.interval.ms (KIP-1263); until then the last target stands
+        interval_ms = int(self.group_config(gid)["share.assignment.interval.ms"])  # type: ignore[attr-defined, call-overload]
+        now = self.now_ms()  # type: ignore[attr-defined]
+        if assignment_epoch < group_epoch and can_compute_next_assignment(group.assignment_timestamp_ms,
+                                                                          interval_ms, now):
             target = simple_assignment(members, topics, assignable)
             for mid, parts in sorted(target.items()):
                 if group.target.get(mid) != parts:
@@ -387,7 +403,7 @@ class ShareGroupOps:
             records.append(CoordinatorRecord(
                 cr.ShareGroupTargetAssignmentMetadataKey(group_id=gid),
                 cr.ShareGroupTargetAssignmentMetadataValue(assignment_epoch=assignment_epoch,
-                                                           assignment_timestamp=self.now_ms()), 0))  # type: ignore[attr-defined]
+                                                           assignment_timestamp=now), 0))
         changed = epoch == 0 or r.subscribed_topic_names is not None  # Kafka: a full request gets the assignment
         new_assigned = target.get(member.member_id, {})
         if member.member_epoch != assignment_epoch or member.assigned != new_assigned or old is None:
