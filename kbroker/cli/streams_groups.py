@@ -25,11 +25,9 @@ from kbroker.cli._common import (
     add_command_config,
     add_version,
     kafka_table,
-    load_properties,
     print_lines,
-    run_tool,
-    wire_ssl_context,
 )
+from kbroker.cli._group_tools import WireGroupService, run_group_tool
 
 PROG = "kbroker-streams-groups"
 ACTIONS = ("list", "describe", "delete")
@@ -75,57 +73,11 @@ def task_text(kind: str, tasks: list[Any]) -> str:
     return f"{kind}: {parts}"
 
 
-class StreamsGroupService:
-    def __init__(self, args: Any) -> None:
-        from kbroker.cli._wire import WireClient
-
-        self.args = args
-        props = load_properties(args.command_config)
-        self.wire = WireClient(args.bootstrap_server, timeout=max(args.timeout / 1000, 1.0),
-                               ssl_context=wire_ssl_context(props, PROG))
-        self.failed = False
-
-    def close(self) -> None:
-        self.wire.close()
-
-    def _error(self, code: int, message: str | None = None) -> str:
-        from kbroker.cli._wire import error_text
-
-        return error_text(code, message)
-
-    def _to_coordinator(self, gid: str, request: Any, error_of: Any, version: int | None = None) -> Any:
-        """``request``'s answer from the coordinator of ``gid``, coordinator errors retried for up to --timeout."""
-        import time
-
-        from kbroker.protocol.errors import ErrorCode
-
-        retriable = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-        deadline = time.monotonic() + max(self.args.timeout / 1000, 1.0)
-        while True:
-            resp = self.wire.group_coordinator(gid).send(request, version)
-            if error_of(resp) not in retriable or time.monotonic() >= deadline:
-                return resp
-            time.sleep(0.2)
-
-    # ---- list
-    def list(self) -> None:
-        from kbroker.protocol.messages import ListGroupsRequest
-
-        states = [s.strip() for s in (self.args.state or "").split(",") if s.strip()]
-        groups: dict[str, str] = {}
-        for node in sorted(self.wire.nodes()):
-            resp = self.wire.node(node).send(ListGroupsRequest(states_filter=states, types_filter=["streams"]))
-            if resp.error_code:
-                raise CliError(f"ListGroups on broker {node} failed: {self._error(resp.error_code)}")
-            for g in resp.groups:
-                if g.group_type == "streams":
-                    groups[g.group_id] = g.group_state
-        if self.args.state is not None:
-            print_lines(kafka_table(["GROUP", "STATE"], sorted(groups.items()), [0, 0]))
-        else:
-            for gid in sorted(groups):
-                print(gid)
+class StreamsGroupService(WireGroupService):
+    PROG = PROG
+    GROUP_TYPE = "streams"
+    DELETE_NOUN = "streams groups"
+    DELETE_ITEM = "Group"
 
     # ---- describe
     def _describe_group(self, gid: str) -> Any:
@@ -229,45 +181,13 @@ class StreamsGroupService:
         return out
 
     # ---- delete
-    def delete(self) -> None:
-        from kbroker.protocol.messages import DeleteGroupsRequest
-
-        ok, failed = [], {}
-        for gid in self.args.group:
-            g = self._describe_group(gid)
-            if g.error_code:
-                failed[gid] = self._error(g.error_code, g.error_message)
-                continue
-            r = self.wire.group_coordinator(gid).send(DeleteGroupsRequest(groups_names=[gid])).results[0]
-            if r.error_code:
-                failed[gid] = self._error(r.error_code)
-            else:
-                ok.append(gid)
-        if failed:
-            self.failed = True
-            print("Error: Deletion of some streams groups failed:")
-            for gid, why in failed.items():
-                print(f"* Group '{gid}' could not be deleted due to: {why}")
-        if ok:
-            print("Deletion of requested streams groups (" + ", ".join(f"'{g}'" for g in ok) + ") was successful.")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_args(parser, args)
-
-    def body() -> int:
-        svc = StreamsGroupService(args)
-        try:
-            action = next(x for x in ACTIONS if getattr(args, x))
-            getattr(svc, action)()
-        finally:
-            svc.close()
-        sys.stdout.flush()
-        return 1 if svc.failed else 0
-
-    return run_tool(PROG, body)
+    return run_group_tool(StreamsGroupService, args, ACTIONS)
 
 
 if __name__ == "__main__":
