@@ -14,7 +14,8 @@ node named, which forwards it to the quorum's leader.
 
 Sends DescribeQuorum (API 55) for ``__cluster_metadata-0`` and the cluster id from Metadata through kbroker's
 protocol codec; prints Kafka 4.x's ``MetadataQuorumCommand`` layout (``ClusterId:``, ``LeaderId:``, ...,
-``CurrentVoters: [{"id": 1, "directoryId": "...", "endpoints": [...]}]``).
+``CurrentVoters: [{"id": 1, "directoryId": "...", "endpoints": [...]}]``, without ``directoryId`` for the
+voters of a static quorum, as Kafka's tool prints them).
 """
 
 from __future__ import annotations
@@ -178,8 +179,10 @@ def voters_text(part: Any, resp: Any, version: int) -> str:
     endpoints = {n.node_id: [f"{lst.name}://{lst.host}:{lst.port}" for lst in n.listeners] for n in resp.nodes}
     items = []
     for v in part.current_voters:
-        items.append(f'{{"id": {v.replica_id}, "directoryId": {json.dumps(_uuid(v.replica_directory_id))}, '
-                     f'"endpoints": {json.dumps(endpoints.get(v.replica_id, []), separators=(", ", ": "))}}}')
+        dir_id = _uuid(v.replica_directory_id)  # a static quorum's voters have none: Kafka leaves the key out
+        items.append(f'{{"id": {v.replica_id}, '
+                     + (f'"directoryId": {json.dumps(dir_id)}, ' if dir_id is not None else "")
+                     + f'"endpoints": {json.dumps(endpoints.get(v.replica_id, []), separators=(", ", ": "))}}}')
     return "[" + ", ".join(items) + "]"
 
 

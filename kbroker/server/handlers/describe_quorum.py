@@ -9,7 +9,8 @@ when that fails (or the request was already forwarded once). The
 set in force (the log's, KIP-853, else ``controller.quorum.voters``).
 
 Behavior, a quorum of one (the embedded default, see :mod:`kbroker.controller.quorum_controller`): this node is
-the leader and the only voter, in the controller's current leader epoch. The high watermark is the metadata log end offset (a quorum of one commits on its own
+the leader and the only voter, in the controller's current leader epoch; like the voters of Kafka's static
+quorums (``controller.quorum.voters``) it is reported without a directory id (zero UUID). The high watermark is the metadata log end offset (a quorum of one commits on its own
 fsync), which is also the voter's log end offset; its fetch and caught-up timestamps are "now", as Kafka's
 leader reports for itself. There are no observers. Only ``__cluster_metadata`` partition 0 exists: any other
 topic or partition in the request gets UNKNOWN_TOPIC_OR_PARTITION.
@@ -20,7 +21,6 @@ listener named in ``controller.listener.names``).
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 
@@ -47,14 +47,6 @@ def _controller_listeners(ctx) -> list[DescribeQuorumResponse.Listener]:
         port = broker.bound_ports.get(lst.name, lst.port)
         out.append(DescribeQuorumResponse.Listener(name=lst.name, host=host, port=port))
     return out
-
-
-def _metadata_directory_id(controller) -> bytes:
-    wanted = os.path.abspath(controller.metadata_dir)
-    for d, dir_id in controller.directory_ids.items():
-        if os.path.abspath(d) == wanted:
-            return dir_id
-    return ZERO_UUID
 
 
 async def handle(ctx, request: DescribeQuorumRequest) -> DescribeQuorumResponse:
@@ -93,7 +85,7 @@ async def handle(ctx, request: DescribeQuorumRequest) -> DescribeQuorumResponse:
                 part.leader_epoch = controller.leader_epoch
                 part.high_watermark = end_offset
                 part.current_voters = [DescribeQuorumResponse.ReplicaState(
-                    replica_id=node_id, replica_directory_id=_metadata_directory_id(controller),
+                    replica_id=node_id, replica_directory_id=ZERO_UUID,  # a static quorum's voter, as Kafka
                     log_end_offset=end_offset, last_fetch_timestamp=now_ms, last_caught_up_timestamp=now_ms)]
                 part.observers = []
             topic.partitions.append(part)
