@@ -924,6 +924,49 @@ def test_java_acquisition_with_max_poll_records(kbroker_factory, share_driver, m
         assert counts == {"b-%d" % i: 2 if i < 3 else 1 for i in range(10)}, counts
 
 
+def _java_offsets_until(driver: list[str], bootstrap: str, group: str, topic: str, pred,  # noqa: ANN001
+                        what: str) -> dict[str, int]:
+    """The Java Admin client's listShareGroupOffsets of ``topic``-0 (``{"start": S, "lag": L}``) once the group is
+    Empty and ``pred`` holds for it (the state is written after the acknowledgements arrive)."""
+    deadline = time.monotonic() + 30
+    while True:
+        described = java_admin(driver, "describe", "--bootstrap", bootstrap, "--group", group)
+        info = java_admin(driver, "offsets", "--bootstrap", bootstrap, "--group", group, "--topic", topic,
+                          "--partition", "0")["offsets"].get(f"{topic}-0")
+        if described["state"] == "Empty" and info is not None and pred(info):
+            return info
+        assert time.monotonic() < deadline, f"{what}: state {described['state']}, offsets {info}"
+        time.sleep(0.5)
+
+
+@pytest.mark.kafka_reference
+def test_java_persisted_start_offset_after_acknowledgements_and_releases(kbroker_factory, share_driver):
+    """The start offset a share partition persists, read with the Java Admin client's listShareGroupOffsets, after a
+    KafkaShareConsumer's acknowledgements (the Java counterpart of the librdkafka/CLI check in
+    test_share_groups_cli_reset_new_group_and_describe_like_kafka). Five single-record batches a-0..a-3, x-4; a
+    consumer accepts a-0..a-3 and releases x-4 (commitSync after each poll): one record of lag, the start offset
+    at most 4 (the write of an acknowledgement carries the start offset from before it). Then consumers release
+    x-4 at every delivery (counts 2..5) until the delivery count limit (5) archives it: start offset 4, lag 0 (the
+    last write carries the start offset that the archived x-4 then moves past)."""
+    broker, topic, group, producer = _java_setup(kbroker_factory)
+    b = broker.bootstrap
+    for i in range(4):
+        producer.produce(topic, b"a-%d" % i)
+        producer.flush(5)  # one batch each: a partly acknowledged batch keeps the start offset at its base offset
+    producer.produce(topic, b"x-4")
+    producer.flush(5)
+    first = java_take(share_driver, b, group, topic, "x-", 1, ack="release")  # the a- records are accepted
+    assert sorted(e["value"] for e in _records(first)) == ["a-0", "a-1", "a-2", "a-3", "x-4"], first
+    assert all(e["delivery"] == 1 for e in _records(first)), first
+    info = _java_offsets_until(share_driver, b, group, topic, lambda i: i["lag"] == 1, "one record of lag")
+    assert 0 <= info["start"] <= 4, info
+    again = _records(java_take(share_driver, b, group, topic, "x-", 4, ack="release", extra_ms=500))
+    assert [(e["value"], e["delivery"]) for e in again] == [("x-4", d) for d in (2, 3, 4, 5)], again
+    info = _java_offsets_until(share_driver, b, group, topic, lambda i: i == {"start": 4, "lag": 0},
+                               "start offset 4 and no lag")
+    assert info == {"start": 4, "lag": 0}
+
+
 # ============================================================================================ cluster
 
 
@@ -1372,3 +1415,94 @@ def test_share_group_on_three_nodes_coordinators_apart_from_the_leader(tmp_path,
             c.close()
         assert sorted(v for v in got if v.startswith(b"m-")) == [b"m-%03d" % i for i in range(300)]
         assert max(polls) <= 100 and len(polls) >= 3, polls
+
+
+def test_share_state_topic_keys_and_group_lock_duration_on_three_nodes(tmp_path):
+    """3 nodes started with ``share.coordinator.state.topic.num.partitions`` 7, ``.replication.factor`` 2 and
+    ``.min.isr`` 1 (Kafka's defaults are 50, 3, 2) and ``group.share.min.record.lock.duration.ms`` 1000 /
+    ``group.share.max.record.lock.duration.ms`` 30000: ``__share_group_state`` (created by the first
+    FindCoordinator of key type 2) has 7 partitions of 2 replicas and ``min.insync.replicas`` 1 (Admin
+    describe), and no node logs the keys as unknown. The group config ``share.record.lock.duration.ms`` is bounded
+    by the two broker keys: 999 and 30001 are refused (INVALID_CONFIG), 1000 is taken; a librdkafka share consumer
+    of that group stopped (SIGSTOP, its connection open) while holding records on a partition led by another node
+    than the group's coordinator and its share coordinator: another consumer gets them with delivery count 2
+    within seconds (the broker's 30 s lock would hold them for 30 s)."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    from kbroker.cli._wire import WireClient
+    from kbroker.coordinator.share.service import SHARE_STATE_TOPIC, coordinator_key
+    from kbroker.protocol import messages as m
+    from kbroker.testing.cluster import KbrokerCluster, wait_until
+
+    keys = {"share.coordinator.state.topic.num.partitions": 7, "share.coordinator.state.topic.replication.factor": 2,
+            "share.coordinator.state.topic.min.isr": 1, "group.share.min.record.lock.duration.ms": 1000,
+            "group.share.max.record.lock.duration.ms": 30000}
+    with KbrokerCluster(tmp_path, nodes=3, overrides={**FAST_HEARTBEAT, **keys}) as cluster:
+        bootstrap = cluster.bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        nodes = sorted(wait_until(lambda: len(b := admin.list_topics(timeout=10).brokers) == 3 and b, 60,
+                                  "all three brokers registered"))
+        topic = unique("share")
+        leader = nodes[0]
+        admin.create_topics([NewTopic(topic, num_partitions=1, replica_assignment=[nodes])],
+                            request_timeout=30)[topic].result(60)
+        assert wait_until(lambda: _all_led(admin, topic), 60, "the topic led") == {0: leader}
+        topic_id = _topic_id(admin, topic)
+        candidates = [unique("sg") for _ in range(30)]
+
+        def coordinators(wire, key_type: int, ks: list[str]) -> dict[str, int] | None:  # noqa: ANN001
+            resp = wire.send(m.FindCoordinatorRequest(key_type=key_type, coordinator_keys=ks), 6)
+            found = {c.key: c.node_id for c in resp.coordinators if c.error_code == 0}
+            return found if len(found) == len(ks) else None
+
+        with WireClient(bootstrap) as wire:  # key type 2 creates __share_group_state
+            group_coord = wait_until(lambda: coordinators(wire, 0, candidates), 60, "the group coordinators")
+            by_key = {coordinator_key(g, topic_id, 0): g for g in candidates}
+            share_coord = {by_key[k]: n for k, n in
+                           wait_until(lambda: coordinators(wire, 2, list(by_key)), 60,
+                                      "the share coordinators").items()}
+        group = next(g for g in candidates if group_coord[g] != leader and share_coord[g] != leader)
+
+        state = wait_until(lambda: _all_led(admin, SHARE_STATE_TOPIC), 60, "__share_group_state led")
+        assert sorted(state) == list(range(7))
+        parts = admin.list_topics(timeout=10).topics[SHARE_STATE_TOPIC].partitions
+        assert {len(p.replicas) for p in parts.values()} == {2}, {i: p.replicas for i, p in parts.items()}
+        res = ConfigResource(ResourceType.TOPIC, SHARE_STATE_TOPIC)
+        described = admin.describe_configs([res])[res].result(30)
+        assert described["min.insync.replicas"].value == "1"
+
+        for bad in ("999", "30001"):
+            with pytest.raises(KafkaException) as refused:
+                set_group_configs(bootstrap, group, {"share.record.lock.duration.ms": bad})
+            assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG, refused.value
+        set_group_configs(bootstrap, group, {"share.auto.offset.reset": "earliest",
+                                             "share.record.lock.duration.ms": "1000"})
+        producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+        proc = subprocess.Popen([sys.executable, "-c", HOLDING_CONSUMER, bootstrap, group, topic, "SIGSTOP"],
+                                stdout=subprocess.PIPE, text=True)
+        try:
+            for i in range(3):
+                producer.produce(topic, b"held-%d" % i)
+            producer.flush(10)
+            held = json.loads(proc.stdout.readline())
+            held_at = time.monotonic()
+            assert held
+            c = consumer(bootstrap, group, explicit=True)
+            c.subscribe([topic])
+            try:
+                seen = _poll_until(c, lambda s: {msg.offset() for msg in s} >= set(held), 60)
+            finally:
+                c.close()
+            waited = time.monotonic() - held_at
+        finally:
+            proc.kill()
+            proc.wait(10)
+        assert waited < 15, f"redelivered after {waited:.1f}s: not the group's 1 s lock"
+        assert all(msg.delivery_count() == 2 for msg in seen if msg.offset() in held), \
+            [(msg.offset(), msg.delivery_count()) for msg in seen]
+        for node in cluster.nodes.values():
+            log = node.log_path.read_text(errors="replace") if node.log_path and node.log_path.exists() else ""
+            warned = [line for line in log.splitlines() if "share.coordinator.state.topic" in line
+                      and ("unknown" in line.lower() or "isn't a known" in line or "not used" in line)]
+            assert not warned, warned[:3]

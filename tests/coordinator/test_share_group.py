@@ -208,6 +208,11 @@ def test_share_state_partition_metadata_record():
     assert pending() == {} and initialized() == {}  # initializing: not asked again within the retry interval
     h.advance(INITIALIZE_RETRY_INTERVAL_MS)
     assert pending() == {T1: frozenset({0}), T2: frozenset({0, 1, 2, 3})}  # asked again after it
+    # a failed initialization is no longer initializing: asked again at once, not after the retry interval
+    h.runtime.write(PARTITION, lambda s: s.share_group_initialize_failed("g", {T1: frozenset({0}),
+                                                                           T2: frozenset({3})}))
+    assert pending() == {T1: frozenset({0}), T2: frozenset({3})}
+    assert pending() == {}
     h.runtime.write(PARTITION, lambda s: s.share_group_state_initialized("g", {T2: frozenset({0, 1})}))
     assert initialized() == {T2: frozenset({0, 1})}
     h.runtime.write(PARTITION, lambda s: s.share_group_state_initialized("g", {T1: frozenset({0}),

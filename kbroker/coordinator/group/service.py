@@ -440,11 +440,20 @@ class GroupCoordinator:
         assert self.share_state_initializer is not None
         try:
             done = await self.share_state_initializer(group_id, partitions)
-        except Exception as exc:  # noqa: BLE001 - retried after the retry interval, on a later heartbeat
+        except Exception as exc:  # noqa: BLE001 - asked again by the group's next heartbeat
             log.info("share group %s: initializing share state failed: %s", group_id, exc)
-            return
+            done = {}
         if done:
             self.share_group_state_initialized(group_id, done)
+        failed = {tid: ps - done.get(tid, frozenset()) for tid, ps in partitions.items()}
+        failed = {tid: ps for tid, ps in failed.items() if ps}
+        if failed:  # no longer initializing: the next heartbeat asks for them again (as Kafka uninitializes them)
+            try:
+                self.runtime.write(self.partition_for(group_id),
+                                   lambda shard: shard.share_group_initialize_failed(group_id, failed))
+            except KafkaError as exc:
+                log.info("share group %s: recording a failed share-state initialization failed: %s", group_id,
+                         exc.code)
 
     def share_group_state_initialized(self, group_id: str, partitions: dict[bytes, frozenset[int]]) -> None:
         """Record ``partitions`` of share group ``group_id`` as having share state (record 15)."""

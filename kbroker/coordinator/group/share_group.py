@@ -556,6 +556,27 @@ class ShareGroupOps:
             st.deleting.pop(tid, None)
         return CoordinatorResult([st.record(group_id)], {tid: ps for tid, (_, ps, _) in change.items()})
 
+    def share_group_initialize_failed(self, group_id: str, partitions: Partitions) -> CoordinatorResult[None]:
+        """Initializing ``partitions`` failed (a share coordinator loading or moving, say): they are no longer
+        *initializing*, so the group's next heartbeat asks for them again at once rather than after
+        :data:`INITIALIZE_RETRY_INTERVAL_MS`, which remains for an initialization that never answers."""
+        current = self.share_state_partitions.get(group_id)
+        if group_id not in self.share_groups or current is None or not partitions:
+            return CoordinatorResult()
+        st = current.copy()
+        changed = False
+        for tid, ps in partitions.items():
+            pending = st.initializing.get(tid)
+            if pending is None or not pending[1] & frozenset(ps):
+                continue
+            changed = True
+            left = pending[1] - frozenset(ps)
+            if left:
+                st.initializing[tid] = (pending[0], left, pending[2])
+            else:
+                del st.initializing[tid]
+        return CoordinatorResult([st.record(group_id)]) if changed else CoordinatorResult()
+
     def share_group_state_initialized(self, group_id: str, partitions: Partitions) -> CoordinatorResult[None]:
         """``partitions`` have share state now (initialized by the share coordinators, or set by
         AlterShareGroupOffsets): recorded as *initialized* (Kafka's ``initializeShareGroupState``)."""
