@@ -2,7 +2,7 @@
 
 Three nodes (RF 3, ``min.insync.replicas`` 2 for the topics, ``__consumer_offsets`` and
 ``__transaction_state``); an input topic of 31 partitions gets ``RECORDS`` records from one idempotent producer,
-a quarter before each step. Processors (``compat_tests/eos_processor.py``, librdkafka, one process each, transactional.id per
+written steadily over about ``FEED_SECONDS`` while the steps below run. Processors (``compat_tests/eos_processor.py``, librdkafka, one process each, transactional.id per
 processor, offsets committed in the transaction with the group's metadata, KIP-447) copy them to the output topic
 while the group changes under them: a second and a third processor join, one leaves with SIGTERM, one is killed
 with SIGKILL (its open transaction is aborted when a processor of the same transactional id starts again, or by
@@ -15,6 +15,7 @@ issue saw them on the abort of an empty transaction right after a commit).
 from __future__ import annotations
 
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.timeout(600)
 
 PARTITIONS = 31
 RECORDS = 4000
+FEED_SECONDS = 25
 OVERRIDES = {
     "offsets.topic.replication.factor": "3", "offsets.topic.num.partitions": "3",
     "transaction.state.log.replication.factor": "3", "transaction.state.log.min.isr": "2",
@@ -112,15 +114,21 @@ def test_exactly_once_through_rebalances(cluster, protocol, assignor, static):
     wait_until(lambda: all(len(admin.list_topics(t, timeout=10).topics[t].partitions) == n
                            for t, n in ((topics[0], PARTITIONS), (topics[1], 8))), 30, "topics")
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "linger.ms": 5})
-    written = [0]
+    stop_feeding = threading.Event()
 
-    def feed(count: int) -> None:
-        """The next ``count`` input records: the input comes in four parts, one per step below, so that every
-        rebalance meets processors at work."""
-        for i in range(written[0], written[0] + count):
+    def feed() -> None:
+        """The input, written steadily (about FEED_SECONDS long) while the group changes: every rebalance meets
+        processors at work, whatever each step takes on this target."""
+        for i in range(RECORDS):
+            if stop_feeding.is_set():
+                return
             producer.produce(topics[0], key=str(i % 97).encode(), value=f"r{i}".encode())
-        assert producer.flush(60) == 0
-        written[0] += count
+            if i % 50 == 49:
+                producer.poll(0)
+                time.sleep(FEED_SECONDS * 50 / RECORDS)
+        producer.flush(60)
+
+    feeder = threading.Thread(target=feed, name="eos-feeder")
 
     def assigned(p: Processor) -> bool:
         return any(e["event"] == "assigned" and e["partitions"] for e in p.snapshot())
@@ -138,25 +146,26 @@ def test_exactly_once_through_rebalances(cluster, protocol, assignor, static):
                 f"{p.name}: {p.snapshot()[-6:]}\n{''.join(p.stderr[-10:])}" for p in procs.values())) from None
 
     try:
-        part = RECORDS // 4
-        feed(part)
+        feeder.start()
         procs[1] = start(1)
-        until(lambda: procs[1].committed() >= 300, 90, "processor 1 commits")
-        feed(part)
+        until(lambda: procs[1].committed() >= 200, 90, "processor 1 commits")
         procs[2] = start(2)  # joins: a rebalance while 1 has a transaction open
-        until(lambda: assigned(procs[2]) and procs[2].committed() > 0, 90, "processor 2 commits")
-        feed(part)
+        until(lambda: assigned(procs[2]), 90, "processor 2 gets partitions")
         procs[3] = start(3)
-        until(lambda: assigned(procs[3]) and procs[3].committed() > 0, 90, "processor 3 commits")
+        until(lambda: assigned(procs[3]), 90, "processor 3 gets partitions")
         left = procs[2].stop()
-        assert left == 0, (left, procs[2].snapshot()[-5:], "".join(procs[2].stderr[-30:]))  # leaves (a static member does not: its partitions wait for its session)
+        assert left == 0, (left, procs[2].snapshot()[-5:], "".join(procs[2].stderr[-30:]))  # leaves
         procs[1].kill()  # no leave, a transaction perhaps open: fenced and aborted by its successor below
         procs[4] = Processor(cluster.bootstrap, group, topics, 1, protocol, assignor, static)
-        feed(RECORDS - written[0])
+        feeder.join(120)
+        assert producer.flush(60) == 0
         until(lambda: sum(p.committed() for p in procs.values()) >= RECORDS, 240,
                    "every input record processed")
         seen = _read_committed(cluster.bootstrap, topics[1], RECORDS, 120)
     finally:
+        stop_feeding.set()
+        if feeder.is_alive():
+            feeder.join(30)
         codes = {i: p.stop() if i != 1 else p.proc.returncode for i, p in procs.items()}
     events = Counter(e["event"] for p in procs.values() for e in p.snapshot())
     print(f"{protocol}/{assignor}{' static' if static else ''}: {dict(events)}")

@@ -78,7 +78,12 @@ def test_java_admin_lifecycle_and_a_java_client_logging_in_with_the_token(kbroke
     assert t["max_timestamp"] == t["issue_timestamp"] + 3600000, t
     assert t["expiry_timestamp"] == t["max_timestamp"], t  # the default expiry (a day) is past the max lifetime
 
-    described = admin(java_driver, bootstrap, "describe-tokens")["tokens"]
+    # Kafka's broker answers DescribeDelegationToken from its token cache, which learns the token from the metadata
+    # log a moment after CreateDelegationToken is answered (an empty list was seen in CI): wait for it
+    deadline = time.monotonic() + 20
+    while not (described := admin(java_driver, bootstrap, "describe-tokens")["tokens"]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert [d["token_id"] for d in described] == [t["token_id"]] and described[0]["hmac"] == t["hmac"], described
     assert admin(java_driver, bootstrap, "describe-tokens", user="bob")["tokens"][0]["token_id"] == t["token_id"]
     # without an authorizer everyone has DESCRIBE on every token, as in Kafka

