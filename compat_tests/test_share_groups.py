@@ -924,49 +924,6 @@ def test_java_acquisition_with_max_poll_records(kbroker_factory, share_driver, m
         assert counts == {"b-%d" % i: 2 if i < 3 else 1 for i in range(10)}, counts
 
 
-def _java_offsets_until(driver: list[str], bootstrap: str, group: str, topic: str, pred,  # noqa: ANN001
-                        what: str) -> dict[str, int]:
-    """The Java Admin client's listShareGroupOffsets of ``topic``-0 (``{"start": S, "lag": L}``) once the group is
-    Empty and ``pred`` holds for it (the state is written after the acknowledgements arrive)."""
-    deadline = time.monotonic() + 30
-    while True:
-        described = java_admin(driver, "describe", "--bootstrap", bootstrap, "--group", group)
-        info = java_admin(driver, "offsets", "--bootstrap", bootstrap, "--group", group, "--topic", topic,
-                          "--partition", "0")["offsets"].get(f"{topic}-0")
-        if described["state"] == "Empty" and info is not None and pred(info):
-            return info
-        assert time.monotonic() < deadline, f"{what}: state {described['state']}, offsets {info}"
-        time.sleep(0.5)
-
-
-@pytest.mark.kafka_reference
-def test_java_persisted_start_offset_after_acknowledgements_and_releases(kbroker_factory, share_driver):
-    """The start offset a share partition persists, read with the Java Admin client's listShareGroupOffsets, after a
-    KafkaShareConsumer's acknowledgements (the Java counterpart of the librdkafka/CLI check in
-    test_share_groups_cli_reset_new_group_and_describe_like_kafka). Five single-record batches a-0..a-3, x-4; a
-    consumer accepts a-0..a-3 and releases x-4 (commitSync after each poll): one record of lag, the start offset
-    at most 4 (the write of an acknowledgement carries the start offset from before it). Then consumers release
-    x-4 at every delivery (counts 2..5) until the delivery count limit (5) archives it: start offset 4, lag 0 (the
-    last write carries the start offset that the archived x-4 then moves past)."""
-    broker, topic, group, producer = _java_setup(kbroker_factory)
-    b = broker.bootstrap
-    for i in range(4):
-        producer.produce(topic, b"a-%d" % i)
-        producer.flush(5)  # one batch each: a partly acknowledged batch keeps the start offset at its base offset
-    producer.produce(topic, b"x-4")
-    producer.flush(5)
-    first = java_take(share_driver, b, group, topic, "x-", 1, ack="release")  # the a- records are accepted
-    assert sorted(e["value"] for e in _records(first)) == ["a-0", "a-1", "a-2", "a-3", "x-4"], first
-    assert all(e["delivery"] == 1 for e in _records(first)), first
-    info = _java_offsets_until(share_driver, b, group, topic, lambda i: i["lag"] == 1, "one record of lag")
-    assert 0 <= info["start"] <= 4, info
-    again = _records(java_take(share_driver, b, group, topic, "x-", 4, ack="release", extra_ms=500))
-    assert [(e["value"], e["delivery"]) for e in again] == [("x-4", d) for d in (2, 3, 4, 5)], again
-    info = _java_offsets_until(share_driver, b, group, topic, lambda i: i == {"start": 4, "lag": 0},
-                               "start offset 4 and no lag")
-    assert info == {"start": 4, "lag": 0}
-
-
 # ============================================================================================ cluster
 
 
